@@ -1,0 +1,80 @@
+//! Runtime parameters of the protocol.
+
+/// Everything tunable; [`Config::default`] suits a 1500-byte MTU fabric.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest frame to send, Ethernet header included (MTU + 14); clamped to the link's and
+    /// the peer's at connect.
+    pub max_frame: usize,
+    /// Messages longer than this go by rendezvous (RTS, then the receiver pulls).
+    pub rndv_threshold: usize,
+    /// Bytes the receiver asks for in one pull request.
+    pub pull_block: usize,
+    /// Pull requests kept outstanding per message: the next is asked before the current ends.
+    pub pull_outstanding: usize,
+    /// Sequenced frames in flight per peer (and the receiver's reorder window).
+    pub window: u32,
+    /// Eager bytes (plus 64 per message) granted to each peer in the unexpected store.
+    pub eager_credit: u32,
+    /// Bytes of the unexpected store, shared by all peers' grants.
+    pub unexpected_bytes: u64,
+    /// Unexpected messages held at most; past it, the stream from the sender stalls (it retransmits).
+    pub unexpected_count: usize,
+    /// A received frame is acknowledged within this delay, sooner if `ack_every` frames wait.
+    pub ack_delay_ns: u64,
+    pub ack_every: u32,
+    /// Retransmit timeout bounds; the timeout itself comes from the measured RTT.
+    pub rto_min_ns: u64,
+    pub rto_max_ns: u64,
+    pub rto_initial_ns: u64,
+    /// A frame unacknowledged this long fails every operation with its peer.
+    pub peer_timeout_ns: u64,
+    /// Frames handled per poll step in each direction.
+    pub burst: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_frame: 1514,
+            rndv_threshold: 32 * 1024,
+            pull_block: 64 * 1024,
+            pull_outstanding: 4,
+            window: 256,
+            eager_credit: 4 << 20,
+            unexpected_bytes: 256 << 20,
+            unexpected_count: 1 << 16,
+            ack_delay_ns: 20_000,
+            ack_every: 16,
+            rto_min_ns: 200_000,
+            rto_max_ns: 200_000_000,
+            rto_initial_ns: 2_000_000,
+            peer_timeout_ns: 5_000_000_000,
+            burst: 32,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults for a 9000-byte MTU.
+    pub fn jumbo() -> Self {
+        Config { max_frame: 9014, ..Config::default() }
+    }
+
+    /// Checks the parameters against each other.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_frame < crate::wire::OVERHEAD + 64 {
+            return Err(format!("max_frame {} leaves no room for payload", self.max_frame));
+        }
+        if self.pull_block == 0 || self.pull_outstanding == 0 {
+            return Err("pull_block and pull_outstanding must be positive".into());
+        }
+        if self.window == 0 || self.window > crate::wire::SACK_BITS * 4 {
+            return Err(format!("window must be 1..={}", crate::wire::SACK_BITS * 4));
+        }
+        if self.rto_min_ns == 0 || self.rto_min_ns > self.rto_max_ns {
+            return Err("rto_min_ns must be positive and at most rto_max_ns".into());
+        }
+        Ok(())
+    }
+}

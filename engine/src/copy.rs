@@ -1,0 +1,152 @@
+//! The copy engine: where payload bytes move between frames and message buffers.
+//!
+//! The engine never touches message memory itself. It names buffers with [`BufRef`]s that only
+//! the copy engine resolves: heap regions in tests, a client's shared-memory channel or its
+//! address space in the agent, where a DMA device may do the work asynchronously.
+
+use core::ops::Range;
+use std::collections::HashMap;
+
+/// An opaque reference to message memory: `region` and `addr` mean something to the copy
+/// engine only; `len` is the buffer's capacity in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BufRef {
+    pub region: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl BufRef {
+    pub fn new(region: u64, addr: u64, len: u64) -> Self {
+        BufRef { region, addr, len }
+    }
+}
+
+/// A copy that could not be done: the buffer does not resolve, or the device failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyError(pub String);
+
+impl core::fmt::Display for CopyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        write!(f, "copy failed: {}", self.0)
+    }
+}
+
+/// Moves payload. `F` is the link's received frame type, handed over so an asynchronous device
+/// can keep it alive until its copy is done.
+pub trait CopyEngine<F> {
+    /// Copies `frame[range]` into `dst` at byte `dst_off`. `Ok(true)`: done now; `Ok(false)`:
+    /// queued, reported later by [`CopyEngine::poll_completed`] in submission order.
+    fn copy_from_frame(
+        &mut self,
+        frame: F,
+        range: Range<usize>,
+        dst: &BufRef,
+        dst_off: u64,
+    ) -> Result<bool, CopyError>;
+    /// Synchronously writes `src` into `dst` at `dst_off` (unexpected-message delivery).
+    fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError>;
+    /// Synchronously reads from `src` at `src_off` into `out` (building transmit frames).
+    fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError>;
+    /// Number of queued copies finished since the last call; they finish in submission order.
+    fn poll_completed(&mut self) -> Result<usize, CopyError>;
+    /// Bytes copied so far by the device and by the CPU.
+    fn copied_bytes(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+/// Memory the CPU copier can address directly.
+pub trait Memory {
+    fn slice(&self, b: &BufRef) -> Option<&[u8]>;
+    fn slice_mut(&mut self, b: &BufRef) -> Option<&mut [u8]>;
+}
+
+fn range_of(b: &BufRef, off: u64, len: usize) -> Result<Range<usize>, CopyError> {
+    let end = off
+        .checked_add(len as u64)
+        .filter(|&e| e <= b.len)
+        .ok_or_else(|| CopyError(format!("{len} bytes at offset {off} overrun a {}-byte buffer", b.len)))?;
+    Ok(off as usize..end as usize)
+}
+
+/// Synchronous copies by the CPU over any [`Memory`].
+#[derive(Debug, Default)]
+pub struct CpuCopy<M> {
+    pub mem: M,
+    bytes: u64,
+}
+
+impl<M> CpuCopy<M> {
+    pub fn new(mem: M) -> Self {
+        CpuCopy { mem, bytes: 0 }
+    }
+}
+
+impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
+    fn copy_from_frame(
+        &mut self,
+        frame: F,
+        range: Range<usize>,
+        dst: &BufRef,
+        dst_off: u64,
+    ) -> Result<bool, CopyError> {
+        let src = frame.as_ref().get(range).ok_or_else(|| CopyError("frame range".into()))?;
+        <Self as CopyEngine<&[u8]>>::write(self, dst, dst_off, src)?;
+        Ok(true)
+    }
+    fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError> {
+        let r = range_of(dst, dst_off, src.len())?;
+        let m = self.mem.slice_mut(dst).ok_or_else(|| CopyError(format!("unknown buffer {dst:?}")))?;
+        m.get_mut(r).ok_or_else(|| CopyError("buffer smaller than announced".into()))?.copy_from_slice(src);
+        self.bytes += src.len() as u64;
+        Ok(())
+    }
+    fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError> {
+        let r = range_of(src, src_off, out.len())?;
+        let m = self.mem.slice(src).ok_or_else(|| CopyError(format!("unknown buffer {src:?}")))?;
+        out.copy_from_slice(m.get(r).ok_or_else(|| CopyError("buffer smaller than announced".into()))?);
+        Ok(())
+    }
+    fn poll_completed(&mut self) -> Result<usize, CopyError> {
+        Ok(0)
+    }
+    fn copied_bytes(&self) -> (u64, u64) {
+        (0, self.bytes)
+    }
+}
+
+/// Heap regions for tests and benchmarks: `BufRef::region` names a `Vec<u8>`, `addr` is the
+/// offset into it.
+#[derive(Debug, Default)]
+pub struct HeapMemory {
+    regions: HashMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+impl HeapMemory {
+    /// Adds a region holding `data`; returns a reference to all of it.
+    pub fn insert(&mut self, data: Vec<u8>) -> BufRef {
+        self.next += 1;
+        let b = BufRef::new(self.next, 0, data.len() as u64);
+        self.regions.insert(self.next, data);
+        b
+    }
+    pub fn take(&mut self, b: &BufRef) -> Option<Vec<u8>> {
+        self.regions.remove(&b.region)
+    }
+    pub fn get(&self, b: &BufRef) -> Option<&Vec<u8>> {
+        self.regions.get(&b.region)
+    }
+}
+
+impl Memory for HeapMemory {
+    fn slice(&self, b: &BufRef) -> Option<&[u8]> {
+        let v = self.regions.get(&b.region)?;
+        v.get(b.addr as usize..(b.addr.checked_add(b.len)?) as usize)
+    }
+    fn slice_mut(&mut self, b: &BufRef) -> Option<&mut [u8]> {
+        let v = self.regions.get_mut(&b.region)?;
+        v.get_mut(b.addr as usize..(b.addr.checked_add(b.len)?) as usize)
+    }
+}

@@ -1,0 +1,51 @@
+//! Counters the engine keeps; the agent reports them as JSON.
+
+use crate::wire;
+
+/// Engine counters. All cumulative except `peers`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub peers: u64,
+    pub rx_frames: u64,
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub acks_sent: u64,
+    pub retransmits: u64,
+    pub rx_duplicates: u64,
+    pub rx_out_of_order: u64,
+    /// In-order frames refused because the unexpected store was full.
+    pub rx_stalled: u64,
+    pub drop_truncated: u64,
+    pub drop_checksum: u64,
+    pub drop_malformed: u64,
+    pub drop_foreign: u64,
+    pub drop_not_ours: u64,
+    pub drop_no_endpoint: u64,
+    pub drop_stale: u64,
+    pub drop_unknown_msg: u64,
+    pub tx_no_buffers: u64,
+    pub tx_backpressure: u64,
+    pub peer_restarts: u64,
+    pub peer_timeouts: u64,
+    pub sends_posted: u64,
+    pub sends_completed: u64,
+    pub recvs_posted: u64,
+    pub recvs_completed: u64,
+    pub ops_failed: u64,
+    pub eager_sent: u64,
+    pub rndv_sent: u64,
+    pub unexpected: u64,
+    pub unexpected_bytes_peak: u64,
+}
+
+impl Stats {
+    /// Counts a frame refused by the parser, by cause.
+    pub fn drop(&mut self, e: wire::Error) {
+        match e {
+            wire::Error::Truncated => self.drop_truncated += 1,
+            wire::Error::Checksum => self.drop_checksum += 1,
+            wire::Error::EtherType | wire::Error::Version => self.drop_foreign += 1,
+            wire::Error::Type | wire::Error::Malformed => self.drop_malformed += 1,
+        }
+    }
+}

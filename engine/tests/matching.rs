@@ -1,0 +1,213 @@
+//! One test per MPI matching rule, over a clean simulated link.
+
+mod common;
+use common::*;
+use tigon_engine::sim::Faults;
+use tigon_engine::*;
+use tigon_engine::matching::match_bits;
+
+const CTX: u32 = 3;
+
+fn world() -> World {
+    World::new(2, Faults { delay_ns: 5_000, ..Faults::default() }, 1, Config::default())
+}
+
+fn open(w: &mut World) -> (EndpointAddr, EndpointAddr) {
+    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    (a, b)
+}
+
+fn send(w: &mut World, from: usize, to: EndpointAddr, rank: u32, tag: i32, data: Vec<u8>, mode: SendMode) -> ReqId {
+    let buf = w.mem(from).insert(data);
+    let now = w.now;
+    w.nodes[from].eng.isend(0, to, match_bits(CTX, tag), rank, buf, mode, now).unwrap()
+}
+
+fn recv(w: &mut World, at: usize, src: i32, tag: i32, cap: usize) -> (ReqId, BufRef) {
+    let buf = w.mem(at).insert(vec![0; cap]);
+    (w.nodes[at].eng.irecv(0, MatchSpec::mpi(CTX, src, tag), buf).unwrap(), buf)
+}
+
+fn received(c: &Completion) -> (MsgInfo, u64, bool) {
+    match &c.result {
+        Ok(Outcome::Received { info, received, truncated }) => (*info, *received, *truncated),
+        r => panic!("not a receive: {r:?}"),
+    }
+}
+
+/// Drains completions of node `i` until every id in `ids` has completed; returns them by id order.
+fn wait_all(w: &mut World, i: usize, ids: &[ReqId]) -> Vec<Completion> {
+    let mut got: Vec<Option<Completion>> = vec![None; ids.len()];
+    w.run_until(200_000, |w| {
+        while let Some(c) = w.nodes[i].eng.pop_completion() {
+            let k = ids.iter().position(|&r| r == c.req).expect("completion of an unknown request");
+            got[k] = Some(c);
+        }
+        got.iter().all(Option::is_some)
+    });
+    got.into_iter().map(Option::unwrap).collect()
+}
+
+#[test]
+fn wildcards_match_any_source_and_any_tag() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let s = send(&mut w, 0, b, 5, 42, b"hello".to_vec(), SendMode::Standard);
+    let (r, buf) = recv(&mut w, 1, ANY_SOURCE, ANY_TAG, 16);
+    let c = wait_all(&mut w, 1, &[r]);
+    let (info, n, trunc) = received(&c[0]);
+    assert_eq!((info.src_rank, info.match_bits, n, trunc), (5, match_bits(CTX, 42), 5, false));
+    assert_eq!(&w.mem(1).get(&buf).unwrap()[..5], b"hello");
+    assert!(wait_all(&mut w, 0, &[s])[0].result.is_ok());
+}
+
+#[test]
+fn any_tag_never_matches_negative_tags() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    send(&mut w, 0, b, 0, -5, b"collective".to_vec(), SendMode::Standard);
+    send(&mut w, 0, b, 0, 9, b"user".to_vec(), SendMode::Standard);
+    let (r, buf) = recv(&mut w, 1, ANY_SOURCE, ANY_TAG, 16);
+    let c = wait_all(&mut w, 1, &[r]);
+    assert_eq!(received(&c[0]).0.match_bits, match_bits(CTX, 9), "ANY_TAG took the negative tag");
+    assert_eq!(&w.mem(1).get(&buf).unwrap()[..4], b"user");
+    let (r2, buf2) = recv(&mut w, 1, 0, -5, 16);
+    let c = wait_all(&mut w, 1, &[r2]);
+    assert_eq!(received(&c[0]).1, 10);
+    assert_eq!(&w.mem(1).get(&buf2).unwrap()[..10], b"collective");
+}
+
+#[test]
+fn non_overtaking_order_across_classes() {
+    // Same source, same tag: a large rendezvous message sent first must match first even
+    // though the small ones behind it are much quicker to deliver.
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let sizes = [100_000usize, 10, 40_000, 0, 3_000, 1_000_000, 1];
+    for (i, &n) in sizes.iter().enumerate() {
+        send(&mut w, 0, b, 0, 1, pattern(0, i as u32, n), SendMode::Standard);
+    }
+    let mut rs = Vec::new();
+    for _ in &sizes {
+        rs.push(recv(&mut w, 1, 0, 1, 1 << 20));
+    }
+    let ids: Vec<ReqId> = rs.iter().map(|r| r.0).collect();
+    let cs = wait_all(&mut w, 1, &ids);
+    for (i, (c, (_, buf))) in cs.iter().zip(&rs).enumerate() {
+        let (_, n, _) = received(c);
+        assert_eq!(n as usize, sizes[i], "message {i} matched out of order");
+        assert_eq!(&w.mem(1).get(buf).unwrap()[..sizes[i]], &pattern(0, i as u32, sizes[i])[..]);
+    }
+}
+
+#[test]
+fn probe_reports_without_consuming() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    assert_eq!(w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, ANY_SOURCE, ANY_TAG)).unwrap(), None);
+    send(&mut w, 0, b, 7, 3, vec![1; 5000], SendMode::Standard);
+    let mut info = None;
+    w.run_until(100_000, |w| {
+        info = w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, 7, 3)).unwrap();
+        info.is_some()
+    });
+    let info = info.unwrap();
+    assert_eq!((info.src_rank, info.len), (7, 5000));
+    assert!(w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, 6, 3)).unwrap().is_none(), "wrong source matched");
+    // Still there after probing.
+    assert!(w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, 7, ANY_TAG)).unwrap().is_some());
+    let (r, buf) = recv(&mut w, 1, 7, 3, 5000);
+    wait_all(&mut w, 1, &[r]);
+    assert_eq!(w.mem(1).get(&buf).unwrap(), &vec![1; 5000]);
+}
+
+#[test]
+fn mprobe_then_mrecv_takes_that_message() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    send(&mut w, 0, b, 1, 8, b"first".to_vec(), SendMode::Standard);
+    send(&mut w, 0, b, 1, 8, pattern(1, 2, 200_000), SendMode::Standard);
+    let mut h = None;
+    w.run_until(100_000, |w| {
+        h = w.nodes[1].eng.improbe(0, MatchSpec::mpi(CTX, ANY_SOURCE, 8)).unwrap();
+        h.is_some()
+    });
+    let (h1, info1) = h.unwrap();
+    assert_eq!(info1.len, 5);
+    // The first message is no longer visible to probes or receives.
+    let mut h = None;
+    w.run_until(100_000, |w| {
+        h = w.nodes[1].eng.improbe(0, MatchSpec::mpi(CTX, ANY_SOURCE, 8)).unwrap();
+        h.is_some()
+    });
+    let (h2, info2) = h.unwrap();
+    assert_eq!(info2.len, 200_000);
+    // Receive them in the opposite order.
+    let b2 = w.mem(1).insert(vec![0; 200_000]);
+    let r2 = w.nodes[1].eng.imrecv(h2, b2).unwrap();
+    let b1 = w.mem(1).insert(vec![0; 8]);
+    let r1 = w.nodes[1].eng.imrecv(h1, b1).unwrap();
+    wait_all(&mut w, 1, &[r1, r2]);
+    assert_eq!(&w.mem(1).get(&b1).unwrap()[..5], b"first");
+    assert_eq!(w.mem(1).get(&b2).unwrap(), &pattern(1, 2, 200_000));
+    assert!(w.nodes[1].eng.imrecv(h1, b1).is_err(), "a handle is good once");
+}
+
+#[test]
+fn cancel_unmatched_receive_only() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let (r, _) = recv(&mut w, 1, 0, 77, 16);
+    assert!(w.nodes[1].eng.cancel(r));
+    let c = wait_all(&mut w, 1, &[r]);
+    assert_eq!(c[0].result, Err(Error::Cancelled));
+    // The cancelled receive must not take a later message.
+    send(&mut w, 0, b, 0, 77, b"late".to_vec(), SendMode::Standard);
+    let (r2, buf) = recv(&mut w, 1, 0, 77, 16);
+    wait_all(&mut w, 1, &[r2]);
+    assert_eq!(&w.mem(1).get(&buf).unwrap()[..4], b"late");
+    assert!(!w.nodes[1].eng.cancel(r2), "a completed receive cannot be cancelled");
+}
+
+#[test]
+fn truncation_reports_incoming_length() {
+    for len in [100usize, 20_000, 300_000] {
+        let mut w = world();
+        let (_, b) = open(&mut w);
+        send(&mut w, 0, b, 0, 1, pattern(0, 0, len), SendMode::Standard);
+        let (r, buf) = recv(&mut w, 1, 0, 1, 64);
+        let c = wait_all(&mut w, 1, &[r]);
+        let (info, n, trunc) = received(&c[0]);
+        assert!(trunc, "{len}: truncation not reported");
+        assert_eq!((info.len, n), (len as u64, 64));
+        assert_eq!(w.mem(1).get(&buf).unwrap(), &pattern(0, 0, len)[..64]);
+    }
+}
+
+#[test]
+fn synchronous_send_completes_only_after_match() {
+    for len in [10usize, 5_000, 100_000] {
+        let mut w = world();
+        let (_, b) = open(&mut w);
+        let s = send(&mut w, 0, b, 0, 4, pattern(0, 1, len), SendMode::Synchronous);
+        // Long enough for every frame to be delivered and acknowledged many times over.
+        for _ in 0..20_000 {
+            w.step();
+        }
+        assert!(w.nodes[0].eng.is_pending(s), "{len}: Ssend completed before the receiver matched");
+        assert!(w.nodes[0].eng.pop_completion().is_none());
+        let (r, _) = recv(&mut w, 1, 0, 4, len);
+        wait_all(&mut w, 1, &[r]);
+        assert!(wait_all(&mut w, 0, &[s])[0].result.is_ok());
+    }
+}
+
+#[test]
+fn standard_eager_send_completes_without_a_receive() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let s = send(&mut w, 0, b, 0, 4, vec![9; 1000], SendMode::Standard);
+    assert!(wait_all(&mut w, 0, &[s])[0].result.is_ok());
+    assert_eq!(w.nodes[1].eng.unexpected_bytes(), 1000);
+}
