@@ -106,7 +106,7 @@ pub struct Completion {
 enum RecvState {
     Posted,
     /// Eager data flowing straight into the buffer.
-    Eager { peer: usize, msg_id: u32 },
+    Eager,
     /// Rendezvous: pulling `want` bytes; `asked` bytes requested so far.
     Pulling { peer: usize, msg_id: u32, want: u64, asked: u64, got: u64 },
     /// Waiting for an unexpected eager message to finish arriving into the store.
@@ -334,8 +334,11 @@ fn seq_lt(a: u32, b: u32) -> bool {
 
 /// Credit one eager message costs the receiver's store.
 fn eager_cost(len: u64) -> u32 {
-    len as u32 + 64
+    len as u32 + RTS_COST
 }
+
+/// Credit an unexpected message's header costs (all an RTS costs): bounds the store's count.
+const RTS_COST: u32 = 64;
 
 /// The protocol engine for one node: any number of local endpoints over one link.
 pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
@@ -661,14 +664,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         });
         self.peers[p].sends.insert(msg_id, id);
         self.stats.sends_posted += 1;
+        self.peers[p].waiting.push_back(id);
         match self.peers[p].state {
-            PeerState::Connected if self.peers[p].waiting.is_empty() => self.queue_send(p, id),
-            PeerState::Connected => self.peers[p].waiting.push_back(id),
-            PeerState::Connecting => self.peers[p].waiting.push_back(id),
-            PeerState::Idle => {
-                self.peers[p].waiting.push_back(id);
-                self.start_connect(p, now);
-            }
+            PeerState::Connected => self.flush_waiting(p),
+            PeerState::Connecting => {}
+            PeerState::Idle => self.start_connect(p, now),
         }
         self.mark_active(p);
         Ok(id)
@@ -683,11 +683,24 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
+    /// Moves waiting sends onto the wire queue, in order, as far as the peer's credit allows:
+    /// a message waits here only when the receiver's store cannot take even its RTS.
+    fn flush_waiting(&mut self, p: usize) {
+        while let Some(&id) = self.peers[p].waiting.front() {
+            if self.req(id).is_some() && !self.queue_send(p, id) {
+                self.stats.credit_stalls += 1;
+                break;
+            }
+            self.peers[p].waiting.pop_front();
+        }
+    }
+
     /// Expands a send into frames on the peer's queue, choosing eager or rendezvous.
-    fn queue_send(&mut self, p: usize, id: ReqId) {
+    /// `false`: not enough credit for either.
+    fn queue_send(&mut self, p: usize, id: ReqId) -> bool {
         let rndv_threshold = self.cfg.rndv_threshold as u64;
         let (frag, avail) = (self.peers[p].frag, self.peers[p].credit_avail());
-        let Some(s) = self.send_mut(id) else { return };
+        let Some(s) = self.send_mut(id) else { return true };
         let len = s.buf.len;
         let flags = if s.sync { wire::FLAG_SYNC } else { 0 };
         let base = TxDesc {
@@ -718,11 +731,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 peer.pending.push_back(TxDesc { frag_index: i, frag_count: count, offset: off, len: l, ..base });
             }
             self.stats.eager_sent += 1;
-        } else {
+        } else if RTS_COST <= avail {
             s.rndv = true;
-            self.peers[p].pending.push_back(TxDesc { kind: Kind::Rts, ..base });
+            let peer = &mut self.peers[p];
+            peer.credit_used = peer.credit_used.wrapping_add(RTS_COST);
+            peer.pending.push_back(TxDesc { kind: Kind::Rts, ..base });
             self.stats.rndv_sent += 1;
+        } else {
+            s.queued = false;
+            return false;
         }
+        true
     }
 
     /// Posts a receive into `buf` for messages matching `spec`.
@@ -812,7 +831,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn deliver_unexp(&mut self, u: u64, id: ReqId) {
         let Some(x) = self.unex.get_mut(&u) else { return };
         let info = x.info;
-        let (peer, msg_id, sync, rndv) = (x.peer, x.msg_id, x.sync, x.rndv);
+        let (peer, msg_id, rndv) = (x.peer, x.msg_id, x.rndv);
         let r = self.recv_mut(id).expect("fresh receive");
         r.info = Some(info);
         if rndv {
@@ -829,7 +848,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         self.complete_from_store(u, id);
-        let _ = (peer, sync);
     }
 
     /// Copies a fully arrived unexpected message into receive `id` and completes it.
@@ -883,6 +901,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     fn start_pull(&mut self, p: usize, msg_id: u32, id: ReqId, total: u64) {
+        self.release_credit(p, RTS_COST, false, msg_id);
         let Some(r) = self.recv_mut(id) else { return };
         let want = total.min(r.buf.len);
         r.state = RecvState::Pulling { peer: p, msg_id, want, asked: 0, got: 0 };
@@ -1009,7 +1028,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     return;
                 }
                 if let Some(&p) = self.peer_index.get(&(r.dst_ep, from))
-                    && self.peers[p].state != PeerState::Idle
+                    && self.peers[p].state == PeerState::Connected
                     && self.peers[p].remote_session != r.src_session
                 {
                     self.stats.peer_restarts += 1;
@@ -1102,10 +1121,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.remote_window = c.window;
         peer.credit_grant = c.eager_credit;
         peer.last_rx = now;
-        let waiting: Vec<ReqId> = peer.waiting.drain(..).collect();
-        for id in waiting {
-            self.queue_send(p, id);
-        }
+        self.flush_waiting(p);
         self.mark_active(p);
     }
 
@@ -1153,7 +1169,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn on_ack(&mut self, p: usize, ack: u32, credit: u32, sack: Option<&AckRepr>, now: u64) {
         let peer = &mut self.peers[p];
         peer.last_rx = now;
-        if (credit.wrapping_sub(peer.credit_released_seen) as i32) > 0 {
+        let more_credit = (credit.wrapping_sub(peer.credit_released_seen) as i32) > 0;
+        if more_credit {
             peer.credit_released_seen = credit;
         }
         let mut done: smallvec::SmallVec<[TxDesc; 16]> = smallvec::SmallVec::new();
@@ -1190,6 +1207,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         }
         if !peer.resend.is_empty() || !peer.pending.is_empty() {
+            self.mark_active(p);
+        }
+        if more_credit && !self.peers[p].waiting.is_empty() {
+            self.flush_waiting(p);
             self.mark_active(p);
         }
         for d in done {
@@ -1364,7 +1385,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.try_finish_send(id);
                 }
             }
-            Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset => {}
+            Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset | Kind::Ping => {}
         }
         true
     }
@@ -1401,7 +1422,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let ep = self.peers[p].ep;
             let info = MsgInfo { source: self.peers[p].addr, src_rank: r.src_rank, match_bits: r.match_bits, len: r.total };
             let target = if let Some(id) = self.take_posted(ep, info) {
-                self.recv_mut(id).expect("posted").state = RecvState::Eager { peer: p, msg_id: r.msg_id };
+                self.recv_mut(id).expect("posted").state = RecvState::Eager;
                 EagerTarget::Req(id)
             } else {
                 let cost = eager_cost(r.total);
@@ -1490,7 +1511,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn try_finish_recv(&mut self, id: ReqId) {
         let Some(r) = self.recv_mut(id) else { return };
         match r.state {
-            RecvState::Eager { .. } if r.arrived && r.copies == 0 => {
+            RecvState::Eager if r.arrived && r.copies == 0 => {
                 let info = r.info.expect("matched");
                 let (received, truncated) = (r.received, info.len > r.buf.len);
                 self.finish(id, Ok(Outcome::Received { info, received, truncated }));
@@ -1798,6 +1819,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     peer.resend.push_back(d.seq);
                     any = true;
                 }
+            }
+            // Operations waiting on a peer that has gone quiet: make it answer, so a dead or
+            // restarted peer is noticed (by the deadline, or by its reset).
+            let waiting_on_peer = !peer.sends.is_empty() || !peer.pulls.is_empty() || peer.in_eager.is_some();
+            if waiting_on_peer
+                && peer.unacked.is_empty()
+                && peer.pending.is_empty()
+                && now.saturating_sub(peer.last_rx) > timeout / 4
+            {
+                peer.pending.push_back(desc(Kind::Ping, 0));
+                peer.last_rx = now;
+                any = true;
             }
             // A receiver waiting on data from a silent peer gives up too.
             if !dead && (!peer.pulls.is_empty() || peer.in_eager.is_some()) && now.saturating_sub(peer.last_rx) > timeout {

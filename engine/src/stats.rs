@@ -24,6 +24,8 @@ pub struct Stats {
     pub drop_stale: u64,
     pub drop_unknown_msg: u64,
     pub tx_no_buffers: u64,
+    /// Sends held back because the receiver's store had no credit left for them.
+    pub credit_stalls: u64,
     pub tx_backpressure: u64,
     pub peer_restarts: u64,
     pub peer_timeouts: u64,

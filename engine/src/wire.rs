@@ -116,6 +116,8 @@ pub enum Kind {
     Ack = 9,
     /// "I do not know the session you addressed": tells a peer we restarted.
     Reset = 10,
+    /// Keepalive while operations wait on a silent peer; acknowledged like any sequenced frame.
+    Ping = 11,
 }
 
 impl Kind {
@@ -131,6 +133,7 @@ impl Kind {
             8 => Kind::Fin,
             9 => Kind::Ack,
             10 => Kind::Reset,
+            11 => Kind::Ping,
             _ => return None,
         })
     }
