@@ -26,11 +26,16 @@ impl fmt::Display for EndpointAddr {
 impl FromStr for EndpointAddr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (mac, ep) = s
-            .split_once('/')
-            .ok_or_else(|| format!("endpoint address `{s}`: expected MAC/ID, e.g. 02:00:00:00:00:01/3"))?;
-        let ep = ep.parse().map_err(|_| format!("endpoint address `{s}`: bad endpoint id `{ep}`"))?;
-        Ok(EndpointAddr { mac: mac.parse()?, ep })
+        let (mac, ep) = s.split_once('/').ok_or_else(|| {
+            format!("endpoint address `{s}`: expected MAC/ID, e.g. 02:00:00:00:00:01/3")
+        })?;
+        let ep = ep
+            .parse()
+            .map_err(|_| format!("endpoint address `{s}`: bad endpoint id `{ep}`"))?;
+        Ok(EndpointAddr {
+            mac: mac.parse()?,
+            ep,
+        })
     }
 }
 

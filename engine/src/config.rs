@@ -58,13 +58,19 @@ impl Default for Config {
 impl Config {
     /// Defaults for a 9000-byte MTU.
     pub fn jumbo() -> Self {
-        Config { max_frame: 9014, ..Config::default() }
+        Config {
+            max_frame: 9014,
+            ..Config::default()
+        }
     }
 
     /// Checks the parameters against each other.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_frame < crate::wire::OVERHEAD + 64 {
-            return Err(format!("max_frame {} leaves no room for payload", self.max_frame));
+            return Err(format!(
+                "max_frame {} leaves no room for payload",
+                self.max_frame
+            ));
         }
         if self.pull_block == 0 || self.pull_outstanding == 0 {
             return Err("pull_block and pull_outstanding must be positive".into());

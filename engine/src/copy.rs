@@ -66,7 +66,12 @@ fn range_of(b: &BufRef, off: u64, len: usize) -> Result<Range<usize>, CopyError>
     let end = off
         .checked_add(len as u64)
         .filter(|&e| e <= b.len)
-        .ok_or_else(|| CopyError(format!("{len} bytes at offset {off} overrun a {}-byte buffer", b.len)))?;
+        .ok_or_else(|| {
+            CopyError(format!(
+                "{len} bytes at offset {off} overrun a {}-byte buffer",
+                b.len
+            ))
+        })?;
     Ok(off as usize..end as usize)
 }
 
@@ -91,21 +96,35 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         dst: &BufRef,
         dst_off: u64,
     ) -> Result<bool, CopyError> {
-        let src = frame.as_ref().get(range).ok_or_else(|| CopyError("frame range".into()))?;
+        let src = frame
+            .as_ref()
+            .get(range)
+            .ok_or_else(|| CopyError("frame range".into()))?;
         <Self as CopyEngine<&[u8]>>::write(self, dst, dst_off, src)?;
         Ok(true)
     }
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError> {
         let r = range_of(dst, dst_off, src.len())?;
-        let m = self.mem.slice_mut(dst).ok_or_else(|| CopyError(format!("unknown buffer {dst:?}")))?;
-        m.get_mut(r).ok_or_else(|| CopyError("buffer smaller than announced".into()))?.copy_from_slice(src);
+        let m = self
+            .mem
+            .slice_mut(dst)
+            .ok_or_else(|| CopyError(format!("unknown buffer {dst:?}")))?;
+        m.get_mut(r)
+            .ok_or_else(|| CopyError("buffer smaller than announced".into()))?
+            .copy_from_slice(src);
         self.bytes += src.len() as u64;
         Ok(())
     }
     fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError> {
         let r = range_of(src, src_off, out.len())?;
-        let m = self.mem.slice(src).ok_or_else(|| CopyError(format!("unknown buffer {src:?}")))?;
-        out.copy_from_slice(m.get(r).ok_or_else(|| CopyError("buffer smaller than announced".into()))?);
+        let m = self
+            .mem
+            .slice(src)
+            .ok_or_else(|| CopyError(format!("unknown buffer {src:?}")))?;
+        out.copy_from_slice(
+            m.get(r)
+                .ok_or_else(|| CopyError("buffer smaller than announced".into()))?,
+        );
         Ok(())
     }
     fn poll_completed(&mut self) -> Result<usize, CopyError> {

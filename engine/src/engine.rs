@@ -30,8 +30,13 @@ pub enum Error {
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         match self {
-            Error::PeerUnreachable(a) => write!(f, "peer {a} unreachable (no acknowledgement within the deadline)"),
-            Error::PeerRestarted(a) => write!(f, "peer {a} restarted; its earlier operations are lost"),
+            Error::PeerUnreachable(a) => write!(
+                f,
+                "peer {a} unreachable (no acknowledgement within the deadline)"
+            ),
+            Error::PeerRestarted(a) => {
+                write!(f, "peer {a} restarted; its earlier operations are lost")
+            }
             Error::Copy(s) => write!(f, "{s}"),
             Error::Cancelled => f.write_str("cancelled"),
             Error::EndpointClosed => f.write_str("endpoint closed"),
@@ -88,7 +93,11 @@ pub struct MsgInfo {
 pub enum Outcome {
     Sent,
     /// `received` bytes landed; `truncated` when the message was longer than the buffer.
-    Received { info: MsgInfo, received: u64, truncated: bool },
+    Received {
+        info: MsgInfo,
+        received: u64,
+        truncated: bool,
+    },
 }
 
 /// A finished operation, in the order the engine finished them.
@@ -108,7 +117,13 @@ enum RecvState {
     /// Eager data flowing straight into the buffer.
     Eager,
     /// Rendezvous: pulling `want` bytes; `asked` bytes requested so far.
-    Pulling { peer: usize, msg_id: u32, want: u64, asked: u64, got: u64 },
+    Pulling {
+        peer: usize,
+        msg_id: u32,
+        want: u64,
+        asked: u64,
+        got: u64,
+    },
     /// Waiting for an unexpected eager message to finish arriving into the store.
     Claimed,
 }
@@ -298,7 +313,11 @@ impl<F> Peer<F> {
             credit_grant: 0,
             credit_released_seen: 0,
             credit_used: 0,
-            rtt: Rtt { srtt: 0, rttvar: 0, valid: false },
+            rtt: Rtt {
+                srtt: 0,
+                rttvar: 0,
+                valid: false,
+            },
             rcv_next: 0,
             reorder: BTreeMap::new(),
             ack_owed: 0,
@@ -315,7 +334,9 @@ impl<F> Peer<F> {
     }
 
     fn credit_avail(&self) -> u32 {
-        self.credit_grant.wrapping_add(self.credit_released_seen).wrapping_sub(self.credit_used)
+        self.credit_grant
+            .wrapping_add(self.credit_released_seen)
+            .wrapping_sub(self.credit_used)
     }
 }
 
@@ -366,12 +387,19 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     scratch: Vec<u8>,
     rng: rand::rngs::SmallRng,
     last_timer_scan: u64,
+    /// Time of the latest poll.
+    now: u64,
     pub stats: Stats,
 }
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// An engine for a link with address `mac`, copying with `copy`.
-    pub fn new(mut cfg: Config, mac: MacAddr, link_max_frame: usize, copy: C) -> Result<Self, String> {
+    pub fn new(
+        mut cfg: Config,
+        mac: MacAddr,
+        link_max_frame: usize,
+        copy: C,
+    ) -> Result<Self, String> {
         use rand::SeedableRng;
         cfg.max_frame = cfg.max_frame.min(link_max_frame);
         cfg.validate()?;
@@ -398,6 +426,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             scratch: Vec::new(),
             rng: rand::rngs::SmallRng::from_entropy(),
             last_timer_scan: 0,
+            now: 0,
             stats: Stats::default(),
         })
     }
@@ -428,7 +457,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         use rand::Rng;
         let id = match id {
             Some(i) => i as usize,
-            None => self.eps.iter().position(Option::is_none).unwrap_or(self.eps.len()),
+            None => self
+                .eps
+                .iter()
+                .position(Option::is_none)
+                .unwrap_or(self.eps.len()),
         };
         if id > u16::MAX as usize {
             return Err(Error::Invalid("endpoint id (all in use)"));
@@ -440,7 +473,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return Err(Error::Invalid("endpoint id (already open)"));
         }
         let session = self.rng.gen_range(1..=u32::MAX);
-        self.eps[id] = Some(Endpoint { session, posted: VecDeque::new(), unexpected: VecDeque::new() });
+        self.eps[id] = Some(Endpoint {
+            session,
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+        });
         Ok(EndpointAddr::new(self.mac, id as u16))
     }
 
@@ -449,7 +486,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if self.endpoint(ep).is_err() {
             return;
         }
-        let peers: Vec<usize> = (0..self.peers.len()).filter(|&p| self.peers[p].ep == ep).collect();
+        let peers: Vec<usize> = (0..self.peers.len())
+            .filter(|&p| self.peers[p].ep == ep)
+            .collect();
         for p in peers {
             self.reset_peer(p, Error::EndpointClosed);
         }
@@ -460,8 +499,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for u in e.unexpected {
             self.drop_unexp(u);
         }
-        let handles: Vec<u64> =
-            self.mprobed.iter().filter(|(_, u)| self.unex.get(u).is_some_and(|x| x.ep == ep)).map(|(h, _)| *h).collect();
+        let handles: Vec<u64> = self
+            .mprobed
+            .iter()
+            .filter(|(_, u)| self.unex.get(u).is_some_and(|x| x.ep == ep))
+            .map(|(h, _)| *h)
+            .collect();
         for h in handles {
             if let Some(u) = self.mprobed.remove(&h) {
                 self.drop_unexp(u);
@@ -470,10 +513,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     fn endpoint(&self, ep: u16) -> Result<&Endpoint, Error> {
-        self.eps.get(ep as usize).and_then(Option::as_ref).ok_or(Error::Invalid("endpoint"))
+        self.eps
+            .get(ep as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Error::Invalid("endpoint"))
     }
     fn endpoint_mut(&mut self, ep: u16) -> Result<&mut Endpoint, Error> {
-        self.eps.get_mut(ep as usize).and_then(Option::as_mut).ok_or(Error::Invalid("endpoint"))
+        self.eps
+            .get_mut(ep as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Error::Invalid("endpoint"))
     }
 
     // ---- requests -------------------------------------------------------------------------
@@ -494,11 +543,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     fn req(&self, id: ReqId) -> Option<&Req> {
         let (g, r) = self.reqs.get(id.index())?;
-        if *g == id.generation() { r.as_ref() } else { None }
+        if *g == id.generation() {
+            r.as_ref()
+        } else {
+            None
+        }
     }
     fn req_mut(&mut self, id: ReqId) -> Option<&mut Req> {
         let (g, r) = self.reqs.get_mut(id.index())?;
-        if *g == id.generation() { r.as_mut() } else { None }
+        if *g == id.generation() {
+            r.as_mut()
+        } else {
+            None
+        }
     }
     fn send_mut(&mut self, id: ReqId) -> Option<&mut SendReq> {
         match &mut self.req_mut(id)?.kind {
@@ -515,7 +572,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Retires a request and queues its completion.
     fn finish(&mut self, id: ReqId, result: Result<Outcome, Error>) {
-        let Some((g, slot)) = self.reqs.get_mut(id.index()) else { return };
+        let Some((g, slot)) = self.reqs.get_mut(id.index()) else {
+            return;
+        };
         if *g != id.generation() {
             return;
         }
@@ -532,7 +591,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if result.is_err() {
             self.stats.ops_failed += 1;
         }
-        self.completions.push_back(Completion { req: id, ep: req.ep, result });
+        self.completions.push_back(Completion {
+            req: id,
+            ep: req.ep,
+            result,
+        });
     }
 
     /// The next finished operation, in completion order.
@@ -571,11 +634,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mut failed: Vec<ReqId> = peer.waiting.drain(..).collect();
         failed.extend(peer.sends.values().copied());
         failed.extend(peer.pulls.values().copied());
-        if let Some(InEager { target: EagerTarget::Req(r), .. }) = peer.in_eager {
+        if let Some(InEager {
+            target: EagerTarget::Req(r),
+            ..
+        }) = peer.in_eager
+        {
             failed.push(r);
         }
         let in_store = match peer.in_eager {
-            Some(InEager { target: EagerTarget::Store(u), .. }) => Some(u),
+            Some(InEager {
+                target: EagerTarget::Store(u),
+                ..
+            }) => Some(u),
             _ => None,
         };
         peer.pending.clear();
@@ -616,7 +686,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for r in failed {
             self.finish(r, Err(why.clone()));
         }
-        self.copy_fifo.retain(|(r, _)| self.reqs.get(r.index()).is_some_and(|(g, s)| *g == r.generation() && s.is_some()));
+        self.copy_fifo.retain(|(r, _)| {
+            self.reqs
+                .get(r.index())
+                .is_some_and(|(g, s)| *g == r.generation() && s.is_some())
+        });
     }
 
     fn drop_unexp(&mut self, u: u64) {
@@ -628,6 +702,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     // ---- the MPI-shaped API ---------------------------------------------------------------
 
     /// Starts sending `buf` to `dest` with `bits` (context | tag) from MPI rank `rank`.
+    /// Nothing moves until the next [`Engine::poll`].
     pub fn isend(
         &mut self,
         ep: u16,
@@ -636,8 +711,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         rank: u32,
         buf: BufRef,
         mode: SendMode,
-        now: u64,
     ) -> Result<ReqId, Error> {
+        let now = self.now;
         self.endpoint(ep)?;
         let p = self.peer_for(ep, dest);
         let msg_id = {
@@ -700,7 +775,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn queue_send(&mut self, p: usize, id: ReqId) -> bool {
         let rndv_threshold = self.cfg.rndv_threshold as u64;
         let (frag, avail) = (self.peers[p].frag, self.peers[p].credit_avail());
-        let Some(s) = self.send_mut(id) else { return true };
+        let Some(s) = self.send_mut(id) else {
+            return true;
+        };
         let len = s.buf.len;
         let flags = if s.sync { wire::FLAG_SYNC } else { 0 };
         let base = TxDesc {
@@ -728,14 +805,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             for i in 0..count {
                 let off = i as u64 * frag as u64;
                 let l = (len - off).min(frag as u64) as u32;
-                peer.pending.push_back(TxDesc { frag_index: i, frag_count: count, offset: off, len: l, ..base });
+                peer.pending.push_back(TxDesc {
+                    frag_index: i,
+                    frag_count: count,
+                    offset: off,
+                    len: l,
+                    ..base
+                });
             }
             self.stats.eager_sent += 1;
         } else if RTS_COST <= avail {
             s.rndv = true;
             let peer = &mut self.peers[p];
             peer.credit_used = peer.credit_used.wrapping_add(RTS_COST);
-            peer.pending.push_back(TxDesc { kind: Kind::Rts, ..base });
+            peer.pending.push_back(TxDesc {
+                kind: Kind::Rts,
+                ..base
+            });
             self.stats.rndv_sent += 1;
         } else {
             s.queued = false;
@@ -747,7 +833,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Posts a receive into `buf` for messages matching `spec`.
     pub fn irecv(&mut self, ep: u16, spec: MatchSpec, buf: BufRef) -> Result<ReqId, Error> {
         let e = self.endpoint(ep)?;
-        let hit = e.unexpected.iter().position(|u| self.unex.get(u).is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank)));
+        let hit = e.unexpected.iter().position(|u| {
+            self.unex
+                .get(u)
+                .is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank))
+        });
         let id = self.alloc_req(Req {
             ep,
             kind: ReqKind::Recv(RecvReq {
@@ -763,7 +853,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.stats.recvs_posted += 1;
         match hit {
             Some(i) => {
-                let u = self.endpoint_mut(ep)?.unexpected.remove(i).expect("index from position");
+                let u = self
+                    .endpoint_mut(ep)?
+                    .unexpected
+                    .remove(i)
+                    .expect("index from position");
                 self.deliver_unexp(u, id);
             }
             None => self.endpoint_mut(ep)?.posted.push_back(id),
@@ -782,19 +876,34 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Like [`Engine::iprobe`], but removes the message: only [`Engine::imrecv`] can receive it.
-    pub fn improbe(&mut self, ep: u16, spec: MatchSpec) -> Result<Option<(MessageHandle, MsgInfo)>, Error> {
+    pub fn improbe(
+        &mut self,
+        ep: u16,
+        spec: MatchSpec,
+    ) -> Result<Option<(MessageHandle, MsgInfo)>, Error> {
         let e = self.endpoint(ep)?;
-        let Some(i) = e.unexpected.iter().position(|u| self.unex.get(u).is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank))) else {
+        let Some(i) = e.unexpected.iter().position(|u| {
+            self.unex
+                .get(u)
+                .is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank))
+        }) else {
             return Ok(None);
         };
-        let u = self.endpoint_mut(ep)?.unexpected.remove(i).expect("index from position");
+        let u = self
+            .endpoint_mut(ep)?
+            .unexpected
+            .remove(i)
+            .expect("index from position");
         self.mprobed.insert(u, u);
         Ok(Some((MessageHandle(u), self.unex[&u].info)))
     }
 
     /// Receives a message taken by [`Engine::improbe`] into `buf`.
     pub fn imrecv(&mut self, msg: MessageHandle, buf: BufRef) -> Result<ReqId, Error> {
-        let u = self.mprobed.remove(&msg.0).ok_or(Error::Invalid("message handle"))?;
+        let u = self
+            .mprobed
+            .remove(&msg.0)
+            .ok_or(Error::Invalid("message handle"))?;
         let x = self.unex.get(&u).ok_or(Error::Invalid("message handle"))?;
         let ep = x.ep;
         let spec = MatchSpec::exact(x.info.match_bits);
@@ -817,9 +926,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Cancels a receive that has not matched. True if it was cancelled (its completion says so).
     pub fn cancel(&mut self, id: ReqId) -> bool {
-        let Some(req) = self.req(id) else { return false };
+        let Some(req) = self.req(id) else {
+            return false;
+        };
         let ep = req.ep;
-        let ReqKind::Recv(RecvReq { state: RecvState::Posted, .. }) = req.kind else { return false };
+        let ReqKind::Recv(RecvReq {
+            state: RecvState::Posted,
+            ..
+        }) = req.kind
+        else {
+            return false;
+        };
         if let Ok(e) = self.endpoint_mut(ep) {
             e.posted.retain(|&r| r != id);
         }
@@ -829,7 +946,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Hands unexpected message `u` to receive `id`.
     fn deliver_unexp(&mut self, u: u64, id: ReqId) {
-        let Some(x) = self.unex.get_mut(&u) else { return };
+        let Some(x) = self.unex.get_mut(&u) else {
+            return;
+        };
         let info = x.info;
         let (peer, msg_id, rndv) = (x.peer, x.msg_id, x.rndv);
         let r = self.recv_mut(id).expect("fresh receive");
@@ -852,7 +971,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Copies a fully arrived unexpected message into receive `id` and completes it.
     fn complete_from_store(&mut self, u: u64, id: ReqId) {
-        let Some(x) = self.unex.remove(&u) else { return };
+        let Some(x) = self.unex.remove(&u) else {
+            return;
+        };
         self.unex_bytes -= x.data.capacity() as u64;
         let Some(r) = self.recv_mut(id) else { return };
         let n = x.info.len.min(r.buf.len);
@@ -865,7 +986,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 r.received = n;
                 self.finish(
                     id,
-                    Ok(Outcome::Received { info: x.info, received: n, truncated: x.info.len > buf.len }),
+                    Ok(Outcome::Received {
+                        info: x.info,
+                        received: n,
+                        truncated: x.info.len > buf.len,
+                    }),
                 );
             }
             Err(e) => self.finish(id, Err(Error::Copy(e.0))),
@@ -874,7 +999,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The receiver is done with an eager message: return its credit; tell a synchronous sender.
     fn release_credit(&mut self, p: usize, cost: u32, sync: bool, msg_id: u32) {
-        let Some(peer) = self.peers.get_mut(p) else { return };
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
         peer.credit_released = peer.credit_released.wrapping_add(cost);
         if peer.ack_due.is_none() {
             peer.ack_due = Some(0);
@@ -904,7 +1031,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.release_credit(p, RTS_COST, false, msg_id);
         let Some(r) = self.recv_mut(id) else { return };
         let want = total.min(r.buf.len);
-        r.state = RecvState::Pulling { peer: p, msg_id, want, asked: 0, got: 0 };
+        r.state = RecvState::Pulling {
+            peer: p,
+            msg_id,
+            want,
+            asked: 0,
+            got: 0,
+        };
         self.peers[p].pulls.insert(msg_id, id);
         for _ in 0..self.cfg.pull_outstanding {
             self.ask_block(id);
@@ -917,7 +1050,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn ask_block(&mut self, id: ReqId) {
         let block = self.cfg.pull_block as u64;
         let Some(r) = self.recv_mut(id) else { return };
-        let RecvState::Pulling { peer, msg_id, want, asked, .. } = &mut r.state else { return };
+        let RecvState::Pulling {
+            peer,
+            msg_id,
+            want,
+            asked,
+            ..
+        } = &mut r.state
+        else {
+            return;
+        };
         if *asked >= *want {
             return;
         }
@@ -945,7 +1087,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     fn maybe_finish_pull(&mut self, id: ReqId) {
         let Some(r) = self.recv_mut(id) else { return };
-        let RecvState::Pulling { peer, msg_id, want, got, .. } = r.state else { return };
+        let RecvState::Pulling {
+            peer,
+            msg_id,
+            want,
+            got,
+            ..
+        } = r.state
+        else {
+            return;
+        };
         if got < want || r.copies > 0 {
             if got >= want {
                 r.arrived = true;
@@ -973,7 +1124,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             acked: false,
         });
         self.mark_active(peer);
-        self.finish(id, Ok(Outcome::Received { info, received: want, truncated }));
+        self.finish(
+            id,
+            Ok(Outcome::Received {
+                info,
+                received: want,
+                truncated,
+            }),
+        );
     }
 
     // ---- the poll loop --------------------------------------------------------------------
@@ -981,6 +1139,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// One non-blocking step: rx burst → demux → protocol → tx burst → timers → copy
     /// completions. Returns how much work it did (0: idle). `now` is a monotonic time in ns.
     pub fn poll(&mut self, link: &mut L, now: u64) -> usize {
+        self.now = now;
         let mut work = 0;
         let mut rx = std::mem::take(&mut self.rx);
         link.rx_burst(&mut rx, self.cfg.burst);
@@ -1049,12 +1208,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.send_reset(r, my_session);
                     return;
                 }
-                if self.peers[p].state != PeerState::Connected || self.peers[p].remote_session != r.src_session {
+                if self.peers[p].state != PeerState::Connected
+                    || self.peers[p].remote_session != r.src_session
+                {
                     self.stats.drop_stale += 1;
                     return;
                 }
                 if kind == Kind::Ack {
-                    let sack = AckRepr::parse(Frame::new_unchecked(f.as_ref()).payload()).unwrap_or_default();
+                    let sack = AckRepr::parse(Frame::new_unchecked(f.as_ref()).payload())
+                        .unwrap_or_default();
                     self.on_ack(p, r.ack, r.credit, Some(&sack), now);
                 } else {
                     self.on_ack(p, r.ack, r.credit, None, now);
@@ -1152,7 +1314,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_malformed += 1;
             return;
         };
-        let Some(&p) = self.peer_index.get(&(r.dst_ep, from)) else { return };
+        let Some(&p) = self.peer_index.get(&(r.dst_ep, from)) else {
+            return;
+        };
         match self.peers[p].state {
             PeerState::Connecting => self.accept(p, r.src_session, c, now),
             PeerState::Connected if self.peers[p].remote_session != r.src_session => {
@@ -1200,7 +1364,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if let Some(h) = highest {
                 let rtt = peer.rtt.srtt.max(self.cfg.rto_min_ns / 2);
                 for d in peer.unacked.iter().take(h) {
-                    if !d.acked && now.saturating_sub(d.last_sent) >= rtt && !peer.resend.contains(&d.seq) {
+                    if !d.acked
+                        && now.saturating_sub(d.last_sent) >= rtt
+                        && !peer.resend.contains(&d.seq)
+                    {
                         peer.resend.push_back(d.seq);
                     }
                 }
@@ -1229,7 +1396,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     fn try_finish_send(&mut self, id: ReqId) {
         let Some(s) = self.send_mut(id) else { return };
-        let done = if s.rndv { s.fin } else { s.queued && s.unacked == 0 && (!s.sync || s.matched) };
+        let done = if s.rndv {
+            s.fin
+        } else {
+            s.queued && s.unacked == 0 && (!s.sync || s.matched)
+        };
         if done {
             self.finish(id, Ok(Outcome::Sent));
         }
@@ -1252,7 +1423,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 let n = peer.rcv_next;
                 peer.reorder.remove(&n)
             } {
-                let Ok(r) = Frame::new_checked(f.as_ref()).and_then(|x| Repr::parse(&x)) else { break };
+                let Ok(r) = Frame::new_checked(f.as_ref()).and_then(|x| Repr::parse(&x)) else {
+                    break;
+                };
                 if !self.process(p, r, f) {
                     // Put nothing back: the sender retransmits what we could not take.
                     self.stats.rx_stalled += 1;
@@ -1269,11 +1442,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         } else if (d as i32) > 0 && d < window {
             let peer = &mut self.peers[p];
-            if peer.reorder.contains_key(&r.seq) {
-                self.stats.rx_duplicates += 1;
-            } else {
-                peer.reorder.insert(r.seq, f);
+            if let std::collections::btree_map::Entry::Vacant(e) = peer.reorder.entry(r.seq) {
+                e.insert(f);
                 self.stats.rx_out_of_order += 1;
+            } else {
+                self.stats.rx_duplicates += 1;
             }
             peer.ack_now = true;
         } else {
@@ -1296,7 +1469,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::Eager => return self.on_eager(p, r, f),
             Kind::Rts => {
                 let ep = self.peers[p].ep;
-                let info = MsgInfo { source: self.peers[p].addr, src_rank: r.src_rank, match_bits: r.match_bits, len: r.total };
+                let info = MsgInfo {
+                    source: self.peers[p].addr,
+                    src_rank: r.src_rank,
+                    match_bits: r.match_bits,
+                    len: r.total,
+                };
                 if let Some(id) = self.take_posted(ep, info) {
                     self.start_pull(p, r.msg_id, id, r.total);
                 } else {
@@ -1323,7 +1501,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.stats.drop_unknown_msg += 1;
                     return true;
                 };
-                let Some(s) = self.send_mut(id) else { return true };
+                let Some(s) = self.send_mut(id) else {
+                    return true;
+                };
                 let total = s.buf.len;
                 let end = r.offset.saturating_add(r.total).min(total);
                 if !s.rndv || r.offset >= end {
@@ -1351,8 +1531,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.stats.drop_unknown_msg += 1;
                     return true;
                 };
-                let Some(rr) = self.recv_mut(id) else { return true };
-                let RecvState::Pulling { want, got, .. } = &mut rr.state else { return true };
+                let Some(rr) = self.recv_mut(id) else {
+                    return true;
+                };
+                let RecvState::Pulling { want, got, .. } = &mut rr.state else {
+                    return true;
+                };
                 if r.offset + r.length as u64 > *want {
                     self.stats.drop_malformed += 1;
                     return true;
@@ -1362,7 +1546,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 let buf = rr.buf;
                 let first = r.frag_index == 0;
                 if r.length > 0 {
-                    self.submit_copy(id, f, wire::OVERHEAD..wire::OVERHEAD + r.length as usize, buf, r.offset);
+                    self.submit_copy(
+                        id,
+                        f,
+                        wire::OVERHEAD..wire::OVERHEAD + r.length as usize,
+                        buf,
+                        r.offset,
+                    );
                 }
                 if first {
                     self.ask_block(id);
@@ -1393,7 +1583,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn take_posted(&mut self, ep: u16, info: MsgInfo) -> Option<ReqId> {
         let e = self.eps.get(ep as usize)?.as_ref()?;
         let i = e.posted.iter().position(|&id| match self.req(id) {
-            Some(Req { kind: ReqKind::Recv(r), .. }) => r.spec.matches(info.match_bits, info.src_rank),
+            Some(Req {
+                kind: ReqKind::Recv(r),
+                ..
+            }) => r.spec.matches(info.match_bits, info.src_rank),
             _ => false,
         })?;
         let id = self.eps[ep as usize].as_mut()?.posted.remove(i)?;
@@ -1420,7 +1613,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let sync = r.flags & wire::FLAG_SYNC != 0;
         if r.frag_index == 0 {
             let ep = self.peers[p].ep;
-            let info = MsgInfo { source: self.peers[p].addr, src_rank: r.src_rank, match_bits: r.match_bits, len: r.total };
+            let info = MsgInfo {
+                source: self.peers[p].addr,
+                src_rank: r.src_rank,
+                match_bits: r.match_bits,
+                len: r.total,
+            };
             let target = if let Some(id) = self.take_posted(ep, info) {
                 self.recv_mut(id).expect("posted").state = RecvState::Eager;
                 EagerTarget::Req(id)
@@ -1444,7 +1642,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     claimed: None,
                 }))
             };
-            self.peers[p].in_eager = Some(InEager { msg_id: r.msg_id, total: r.total, next_frag: 0, target });
+            self.peers[p].in_eager = Some(InEager {
+                msg_id: r.msg_id,
+                total: r.total,
+                next_frag: 0,
+                target,
+            });
         }
         let Some(mut ie) = self.peers[p].in_eager else {
             self.stats.drop_malformed += 1;
@@ -1460,7 +1663,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let payload = wire::OVERHEAD..wire::OVERHEAD + r.length as usize;
         match ie.target {
             EagerTarget::Req(id) => {
-                let Some(rr) = self.recv_mut(id) else { return true };
+                let Some(rr) = self.recv_mut(id) else {
+                    return true;
+                };
                 let cap = rr.buf.len;
                 let buf = rr.buf;
                 let n = cap.saturating_sub(r.offset).min(r.length as u64);
@@ -1469,7 +1674,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     rr.arrived = true;
                 }
                 if n > 0 {
-                    self.submit_copy(id, f, payload.start..payload.start + n as usize, buf, r.offset);
+                    self.submit_copy(
+                        id,
+                        f,
+                        payload.start..payload.start + n as usize,
+                        buf,
+                        r.offset,
+                    );
                 }
                 if last {
                     self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
@@ -1477,7 +1688,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 }
             }
             EagerTarget::Store(u) => {
-                let Some(x) = self.unex.get_mut(&u) else { return true };
+                let Some(x) = self.unex.get_mut(&u) else {
+                    return true;
+                };
                 let at = r.offset as usize;
                 x.data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
                 x.received += r.length as u64;
@@ -1489,7 +1702,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         true
     }
 
-    fn submit_copy(&mut self, id: ReqId, f: L::Frame, range: core::ops::Range<usize>, buf: BufRef, off: u64) {
+    fn submit_copy(
+        &mut self,
+        id: ReqId,
+        f: L::Frame,
+        range: core::ops::Range<usize>,
+        buf: BufRef,
+        off: u64,
+    ) {
         match self.copy.copy_from_frame(f, range, &buf, off) {
             Ok(true) if self.copy_fifo.is_empty() => {}
             Ok(done) => {
@@ -1499,7 +1719,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 }
             }
             Err(e) => {
-                if let Some(RecvReq { state: RecvState::Pulling { peer, msg_id, .. }, .. }) = self.recv_mut(id) {
+                if let Some(RecvReq {
+                    state: RecvState::Pulling { peer, msg_id, .. },
+                    ..
+                }) = self.recv_mut(id)
+                {
                     let (peer, msg_id) = (*peer, *msg_id);
                     self.peers[peer].pulls.remove(&msg_id);
                 }
@@ -1514,7 +1738,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             RecvState::Eager if r.arrived && r.copies == 0 => {
                 let info = r.info.expect("matched");
                 let (received, truncated) = (r.received, info.len > r.buf.len);
-                self.finish(id, Ok(Outcome::Received { info, received, truncated }));
+                self.finish(
+                    id,
+                    Ok(Outcome::Received {
+                        info,
+                        received,
+                        truncated,
+                    }),
+                );
             }
             RecvState::Pulling { .. } => self.maybe_finish_pull(id),
             _ => {}
@@ -1598,7 +1829,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     fn header(&self, p: usize, kind: Kind) -> Repr {
         let peer = &self.peers[p];
-        let session = self.eps.get(peer.ep as usize).and_then(Option::as_ref).map_or(0, |e| e.session);
+        let session = self
+            .eps
+            .get(peer.ep as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |e| e.session);
         Repr {
             dst_mac: peer.addr.mac,
             src_mac: self.mac,
@@ -1618,12 +1853,21 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let state = self.peers[p].state;
         if state == PeerState::Connecting {
             let peer = &self.peers[p];
-            let backoff = (self.cfg.rto_initial_ns << peer.connect_tries.min(12)).min(self.cfg.rto_max_ns);
+            let backoff =
+                (self.cfg.rto_initial_ns << peer.connect_tries.min(12)).min(self.cfg.rto_max_ns);
             if peer.connect_tries == 0 || now.saturating_sub(peer.connect_sent) >= backoff {
                 let grant = self.grant_for_new_peer(p);
-                let h = Repr { dst_session: 0, length: wire::CONNECT_PAYLOAD_LEN as u32, ..self.header(p, Kind::Connect) };
-                let c = ConnectRepr { max_frame: self.cfg.max_frame as u32, window: self.cfg.window, eager_credit: grant };
-                c.emit(&mut self.scratch_connect());
+                let h = Repr {
+                    dst_session: 0,
+                    length: wire::CONNECT_PAYLOAD_LEN as u32,
+                    ..self.header(p, Kind::Connect)
+                };
+                let c = ConnectRepr {
+                    max_frame: self.cfg.max_frame as u32,
+                    window: self.cfg.window,
+                    eager_credit: grant,
+                };
+                c.emit(self.scratch_connect());
                 let payload = self.scratch.clone();
                 sent += self.emit(link, None, h, Some(&payload)) as usize;
                 let peer = &mut self.peers[p];
@@ -1633,9 +1877,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         if self.peers[p].connect_ack_owed && state == PeerState::Connected {
             let grant = self.grant_for_new_peer(p);
-            let h = Repr { length: wire::CONNECT_PAYLOAD_LEN as u32, ..self.header(p, Kind::ConnectAck) };
-            let c = ConnectRepr { max_frame: self.cfg.max_frame as u32, window: self.cfg.window, eager_credit: grant };
-            c.emit(&mut self.scratch_connect());
+            let h = Repr {
+                length: wire::CONNECT_PAYLOAD_LEN as u32,
+                ..self.header(p, Kind::ConnectAck)
+            };
+            let c = ConnectRepr {
+                max_frame: self.cfg.max_frame as u32,
+                window: self.cfg.window,
+                eager_credit: grant,
+            };
+            c.emit(self.scratch_connect());
             let payload = self.scratch.clone();
             if self.emit(link, None, h, Some(&payload)) {
                 sent += 1;
@@ -1648,11 +1899,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mut piggybacked = false;
         // Retransmissions first: they hold up the receiver's in-order delivery.
         while self.tx.len() < budget {
-            let Some(seq) = self.peers[p].resend.pop_front() else { break };
+            let Some(seq) = self.peers[p].resend.pop_front() else {
+                break;
+            };
             let peer = &mut self.peers[p];
-            let Some(front) = peer.unacked.front() else { continue };
+            let Some(front) = peer.unacked.front() else {
+                continue;
+            };
             let i = seq.wrapping_sub(front.seq) as usize;
-            let Some(d) = peer.unacked.get_mut(i) else { continue };
+            let Some(d) = peer.unacked.get_mut(i) else {
+                continue;
+            };
             if d.acked {
                 continue;
             }
@@ -1667,7 +1924,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let limit = self.cfg.window.min(self.peers[p].remote_window) as usize;
         while self.tx.len() < budget && self.peers[p].unacked.len() < limit {
-            let Some(mut d) = self.peers[p].pending.pop_front() else { break };
+            let Some(mut d) = self.peers[p].pending.pop_front() else {
+                break;
+            };
             if let Some(id) = d.req
                 && self.req(id).is_none()
             {
@@ -1698,7 +1957,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             for &s in peer.reorder.keys() {
                 a.set(s.wrapping_sub(peer.rcv_next).wrapping_sub(1));
             }
-            let h = Repr { length: wire::ACK_PAYLOAD_LEN as u32, ..self.header(p, Kind::Ack) };
+            let h = Repr {
+                length: wire::ACK_PAYLOAD_LEN as u32,
+                ..self.header(p, Kind::Ack)
+            };
             let mut payload = [0u8; wire::ACK_PAYLOAD_LEN];
             a.emit(&mut payload);
             if self.emit(link, None, h, Some(&payload)) {
@@ -1731,7 +1993,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         h.total = d.total;
         let mut src = None;
         if let Some(id) = d.req
-            && let Some(Req { kind: ReqKind::Send(s), .. }) = self.req(id)
+            && let Some(Req {
+                kind: ReqKind::Send(s),
+                ..
+            }) = self.req(id)
         {
             h.match_bits = s.bits;
             h.src_rank = s.rank;
@@ -1822,7 +2087,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             // Operations waiting on a peer that has gone quiet: make it answer, so a dead or
             // restarted peer is noticed (by the deadline, or by its reset).
-            let waiting_on_peer = !peer.sends.is_empty() || !peer.pulls.is_empty() || peer.in_eager.is_some();
+            let waiting_on_peer =
+                !peer.sends.is_empty() || !peer.pulls.is_empty() || peer.in_eager.is_some();
             if waiting_on_peer
                 && peer.unacked.is_empty()
                 && peer.pending.is_empty()
@@ -1833,7 +2099,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 any = true;
             }
             // A receiver waiting on data from a silent peer gives up too.
-            if !dead && (!peer.pulls.is_empty() || peer.in_eager.is_some()) && now.saturating_sub(peer.last_rx) > timeout {
+            if !dead
+                && (!peer.pulls.is_empty() || peer.in_eager.is_some())
+                && now.saturating_sub(peer.last_rx) > timeout
+            {
                 dead = true;
             }
             if dead {

@@ -41,13 +41,21 @@ impl MatchSpec {
         } else {
             (match_bits(context, tag), u64::MAX)
         };
-        let source = if source == ANY_SOURCE { None } else { Some(source as u32) };
+        let source = if source == ANY_SOURCE {
+            None
+        } else {
+            Some(source as u32)
+        };
         MatchSpec { bits, mask, source }
     }
 
     /// Exactly these bits from anyone.
     pub fn exact(bits: u64) -> Self {
-        MatchSpec { bits, mask: u64::MAX, source: None }
+        MatchSpec {
+            bits,
+            mask: u64::MAX,
+            source: None,
+        }
     }
 
     #[inline]
@@ -65,7 +73,10 @@ mod tests {
         let any = MatchSpec::mpi(5, ANY_SOURCE, ANY_TAG);
         assert!(any.matches(match_bits(5, 0), 3));
         assert!(any.matches(match_bits(5, i32::MAX), 9));
-        assert!(!any.matches(match_bits(5, -2), 3), "ANY_TAG must not match negative tags");
+        assert!(
+            !any.matches(match_bits(5, -2), 3),
+            "ANY_TAG must not match negative tags"
+        );
         assert!(!any.matches(match_bits(6, 1), 3), "other communicator");
         let neg = MatchSpec::mpi(5, 2, -7);
         assert!(neg.matches(match_bits(5, -7), 2));

@@ -90,7 +90,11 @@ impl SimNet {
     /// A port with address `mac` carrying frames up to `max_frame` bytes.
     pub fn port(&self, mac: MacAddr, max_frame: usize) -> SimPort {
         self.0.borrow_mut().inbox.entry(mac).or_default();
-        SimPort { net: self.clone(), mac, max_frame }
+        SimPort {
+            net: self.clone(),
+            mac,
+            max_frame,
+        }
     }
 
     /// Advances virtual time, moving due frames into their inboxes.
@@ -188,7 +192,12 @@ impl SimNet {
                     q.push_back(fr);
                 }
             } else {
-                s.wire.push(InFlight { at, order, to, frame: fr });
+                s.wire.push(InFlight {
+                    at,
+                    order,
+                    to,
+                    frame: fr,
+                });
             }
         }
     }

@@ -63,7 +63,11 @@ impl MacAddr {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let b = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
     }
 }
 
@@ -79,11 +83,16 @@ impl core::str::FromStr for MacAddr {
         let mut out = [0u8; 6];
         let mut parts = s.split([':', '-']);
         for b in out.iter_mut() {
-            let p = parts.next().ok_or_else(|| format!("MAC address `{s}`: too few octets"))?;
+            let p = parts
+                .next()
+                .ok_or_else(|| format!("MAC address `{s}`: too few octets"))?;
             if p.len() != 2 {
-                return Err(format!("MAC address `{s}`: octet `{p}` is not two hex digits"));
+                return Err(format!(
+                    "MAC address `{s}`: octet `{p}` is not two hex digits"
+                ));
             }
-            *b = u8::from_str_radix(p, 16).map_err(|_| format!("MAC address `{s}`: bad octet `{p}`"))?;
+            *b = u8::from_str_radix(p, 16)
+                .map_err(|_| format!("MAC address `{s}`: bad octet `{p}`"))?;
         }
         if parts.next().is_some() {
             return Err(format!("MAC address `{s}`: too many octets"));
@@ -140,7 +149,10 @@ impl Kind {
 
     /// Frames that take a sequence number and are delivered reliably, in order.
     pub fn is_sequenced(self) -> bool {
-        !matches!(self, Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset)
+        !matches!(
+            self,
+            Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset
+        )
     }
 }
 
@@ -427,13 +439,14 @@ impl Repr {
             return Err(Error::Malformed);
         }
         match kind {
-            Kind::Eager | Kind::PullData => {
+            Kind::Eager | Kind::PullData
                 if r.frag_count == 0
                     || r.frag_index >= r.frag_count
-                    || r.offset.checked_add(r.length as u64).is_none_or(|e| e > r.total)
-                {
-                    return Err(Error::Malformed);
-                }
+                    || r.offset
+                        .checked_add(r.length as u64)
+                        .is_none_or(|e| e > r.total) =>
+            {
+                return Err(Error::Malformed);
             }
             Kind::Pull if r.offset.checked_add(r.total).is_none() => return Err(Error::Malformed),
             _ => {}
@@ -536,7 +549,11 @@ impl ConnectRepr {
             return Err(Error::Truncated);
         }
         let u = |i: usize| u32::from_be_bytes(p[i..i + 4].try_into().expect("4"));
-        let r = ConnectRepr { max_frame: u(0), window: u(4), eager_credit: u(8) };
+        let r = ConnectRepr {
+            max_frame: u(0),
+            window: u(4),
+            eager_credit: u(8),
+        };
         if (r.max_frame as usize) < OVERHEAD + 64 || r.window == 0 {
             return Err(Error::Malformed);
         }
@@ -604,13 +621,19 @@ mod tests {
             if bit / 8 >= OVERHEAD + 5 {
                 continue;
             }
-            assert!(Frame::new_checked(&b[..]).is_err(), "bit {bit} flip undetected");
+            assert!(
+                Frame::new_checked(&b[..]).is_err(),
+                "bit {bit} flip undetected"
+            );
         }
     }
 
     #[test]
     fn short_and_foreign_frames_refused() {
-        assert_eq!(Frame::new_checked(&[0u8; 10][..]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Frame::new_checked(&[0u8; 10][..]).unwrap_err(),
+            Error::Truncated
+        );
         let mut buf = vec![0u8; 128];
         let n = sample().emit(&mut buf);
         buf[12] = 0x08;

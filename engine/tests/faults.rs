@@ -9,33 +9,61 @@ use tigon_engine::wire::{self, Kind, Repr};
 use tigon_engine::*;
 
 fn quick_cfg() -> Config {
-    Config { peer_timeout_ns: 50_000_000, ..Config::default() }
+    Config {
+        peer_timeout_ns: 50_000_000,
+        ..Config::default()
+    }
 }
 
 #[test]
 fn peer_restart_mid_transfer_fails_old_then_new_session_works() {
-    let mut w = World::new(2, Faults { delay_ns: 5_000, ..Faults::default() }, 3, quick_cfg());
+    let mut w = World::new(
+        2,
+        Faults {
+            delay_ns: 5_000,
+            ..Faults::default()
+        },
+        3,
+        quick_cfg(),
+    );
     w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
     let data = pattern(0, 0, 8 << 20);
     let buf = w.mem(0).insert(data.clone());
-    let now = w.now;
-    let s = w.nodes[0].eng.isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard, now).unwrap();
+    let s = w.nodes[0]
+        .eng
+        .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+        .unwrap();
     let rb = w.mem(1).insert(vec![0; 8 << 20]);
-    w.nodes[1].eng.irecv(0, MatchSpec::mpi(1, 0, 1), rb).unwrap();
+    w.nodes[1]
+        .eng
+        .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+        .unwrap();
     // Let part of it through, then restart node 1: a new engine, a new session.
     w.run_until(1_000_000, |w| w.nodes[1].eng.stats.rx_frames > 500);
     w.add_node(1, 999);
     w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
     let c = w.wait(0, s, 2_000_000);
-    assert_eq!(c.result, Err(Error::PeerRestarted(b)), "the old transfer must fail, not hang");
-    assert!(w.now < 40_000_000, "restart detected by session, before the unreachable deadline");
+    assert_eq!(
+        c.result,
+        Err(Error::PeerRestarted(b)),
+        "the old transfer must fail, not hang"
+    );
+    assert!(
+        w.now < 40_000_000,
+        "restart detected by session, before the unreachable deadline"
+    );
     // A new message to the restarted peer goes through with a fresh connection.
     let buf = w.mem(0).insert(pattern(0, 1, 100_000));
-    let now = w.now;
-    let s2 = w.nodes[0].eng.isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard, now).unwrap();
+    let s2 = w.nodes[0]
+        .eng
+        .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+        .unwrap();
     let rb = w.mem(1).insert(vec![0; 100_000]);
-    let r = w.nodes[1].eng.irecv(0, MatchSpec::mpi(1, 0, 1), rb).unwrap();
+    let r = w.nodes[1]
+        .eng
+        .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+        .unwrap();
     assert!(w.wait(1, r, 2_000_000).result.is_ok());
     assert_eq!(w.mem(1).get(&rb).unwrap(), &pattern(0, 1, 100_000));
     assert!(w.wait(0, s2, 2_000_000).result.is_ok());
@@ -45,19 +73,38 @@ fn peer_restart_mid_transfer_fails_old_then_new_session_works() {
 fn vanished_peer_fails_every_operation_within_the_deadline() {
     let cfg = quick_cfg();
     let deadline = cfg.peer_timeout_ns;
-    let mut w = World::new(2, Faults { delay_ns: 5_000, ..Faults::default() }, 4, cfg);
+    let mut w = World::new(
+        2,
+        Faults {
+            delay_ns: 5_000,
+            ..Faults::default()
+        },
+        4,
+        cfg,
+    );
     let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
     // A transfer in each direction: node 0 sends big, and pulls a big one from node 1.
     let buf = w.mem(0).insert(vec![1; 4 << 20]);
-    let now = w.now;
-    let s = w.nodes[0].eng.isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard, now).unwrap();
+    let s = w.nodes[0]
+        .eng
+        .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+        .unwrap();
     let buf1 = w.mem(1).insert(vec![2; 4 << 20]);
-    w.nodes[1].eng.isend(0, a, match_bits(1, 2), 1, buf1, SendMode::Standard, now).unwrap();
+    w.nodes[1]
+        .eng
+        .isend(0, a, match_bits(1, 2), 1, buf1, SendMode::Standard)
+        .unwrap();
     let rb = w.mem(0).insert(vec![0; 4 << 20]);
-    let r = w.nodes[0].eng.irecv(0, MatchSpec::mpi(1, 1, 2), rb).unwrap();
+    let r = w.nodes[0]
+        .eng
+        .irecv(0, MatchSpec::mpi(1, 1, 2), rb)
+        .unwrap();
     let rb1 = w.mem(1).insert(vec![0; 4 << 20]);
-    w.nodes[1].eng.irecv(0, MatchSpec::mpi(1, 0, 1), rb1).unwrap();
+    w.nodes[1]
+        .eng
+        .irecv(0, MatchSpec::mpi(1, 0, 1), rb1)
+        .unwrap();
     w.run_until(1_000_000, |w| w.nodes[0].eng.stats.rx_frames > 300);
     let gone_at = w.now;
     w.net.set_down(common::mac(1), true);
@@ -74,19 +121,41 @@ fn vanished_peer_fails_every_operation_within_the_deadline() {
         assert_eq!(c.result, Err(Error::PeerUnreachable(b)));
     }
     let took = w.now - gone_at;
-    assert!(took <= deadline + deadline / 2, "failed after {took} ns, deadline {deadline} ns");
+    assert!(
+        took <= deadline + deadline / 2,
+        "failed after {took} ns, deadline {deadline} ns"
+    );
     // A new send to the dead peer fails too, within the deadline again.
     let buf = w.mem(0).insert(vec![1; 10]);
-    let now = w.now;
-    let s3 = w.nodes[0].eng.isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard, now).unwrap();
-    assert_eq!(w.wait(0, s3, 10_000_000).result, Err(Error::PeerUnreachable(b)));
+    let s3 = w.nodes[0]
+        .eng
+        .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+        .unwrap();
+    assert_eq!(
+        w.wait(0, s3, 10_000_000).result,
+        Err(Error::PeerUnreachable(b))
+    );
 }
 
 #[test]
 fn full_unexpected_store_throttles_the_sender_and_loses_nothing() {
     // A tiny store: 64 KiB for everyone, 16 KiB of eager credit per peer.
-    let cfg = Config { unexpected_bytes: 64 << 10, eager_credit: 16 << 10, unexpected_count: 64, ..Config::default() };
-    let mut w = World::new(2, Faults { delay_ns: 5_000, loss: 0.05, ..Faults::default() }, 5, cfg.clone());
+    let cfg = Config {
+        unexpected_bytes: 64 << 10,
+        eager_credit: 16 << 10,
+        unexpected_count: 64,
+        ..Config::default()
+    };
+    let mut w = World::new(
+        2,
+        Faults {
+            delay_ns: 5_000,
+            loss: 0.05,
+            ..Faults::default()
+        },
+        5,
+        cfg.clone(),
+    );
     w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
     let n = 500;
@@ -94,24 +163,42 @@ fn full_unexpected_store_throttles_the_sender_and_loses_nothing() {
     for k in 0..n {
         let len = [100, 3000, 20_000, 60_000][k % 4];
         let buf = w.mem(0).insert(pattern(0, k as u32, len));
-        let now = w.now;
-        sends.push(w.nodes[0].eng.isend(0, b, match_bits(1, 5), 0, buf, SendMode::Standard, now).unwrap());
+        sends.push(
+            w.nodes[0]
+                .eng
+                .isend(0, b, match_bits(1, 5), 0, buf, SendMode::Standard)
+                .unwrap(),
+        );
     }
     // The receiver posts nothing for a long while.
     for _ in 0..200_000 {
         w.step();
-        assert!(w.nodes[1].eng.unexpected_bytes() <= cfg.unexpected_bytes, "store over its bound");
+        assert!(
+            w.nodes[1].eng.unexpected_bytes() <= cfg.unexpected_bytes,
+            "store over its bound"
+        );
     }
     let st = &w.nodes[1].eng.stats;
     assert!(st.unexpected_bytes_peak <= cfg.unexpected_bytes);
     let sent_eager = w.nodes[0].eng.stats.eager_sent;
-    assert!(sent_eager < n as u64, "credits exhausted: later messages must go by rendezvous");
+    assert!(
+        sent_eager < n as u64,
+        "credits exhausted: later messages must go by rendezvous"
+    );
     // Then it receives everything, in order, intact.
     let mut recvs = Vec::new();
     for k in 0..n {
         let len = [100, 3000, 20_000, 60_000][k % 4];
         let rb = w.mem(1).insert(vec![0; len]);
-        recvs.push((w.nodes[1].eng.irecv(0, MatchSpec::mpi(1, 0, 5), rb).unwrap(), rb, k, len));
+        recvs.push((
+            w.nodes[1]
+                .eng
+                .irecv(0, MatchSpec::mpi(1, 0, 5), rb)
+                .unwrap(),
+            rb,
+            k,
+            len,
+        ));
     }
     let mut done = 0;
     w.run_until(5_000_000, |w| {
@@ -122,7 +209,10 @@ fn full_unexpected_store_throttles_the_sender_and_loses_nothing() {
         done == n
     });
     for (_, rb, k, len) in recvs {
-        assert!(w.mem(1).get(&rb).unwrap() == &pattern(0, k as u32, len), "message {k}");
+        assert!(
+            w.mem(1).get(&rb).unwrap() == &pattern(0, k as u32, len),
+            "message {k}"
+        );
     }
     let mut sent = 0;
     w.run_until(5_000_000, |w| {
@@ -192,8 +282,7 @@ proptest! {
             w.step();
         }
         let buf = w.mem(0).insert(b"still alive".to_vec());
-        let now = w.now;
-        w.nodes[0].eng.isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard, now).unwrap();
+        w.nodes[0].eng.isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard).unwrap();
         prop_assert!(w.wait(1, r, 1_000_000).result.is_ok());
     }
 }

@@ -20,6 +20,9 @@ const HOSTILE: Faults = Faults {
     reorder_ns: 40_000,
 };
 
+/// A posted receive: its (sender, receiver) pair, message index, and buffer.
+type PendingRecv = ((usize, usize), usize, BufRef);
+
 struct Plan {
     /// For each (sender, receiver): the sizes of the messages, in send order.
     sizes: HashMap<(usize, usize), Vec<usize>>,
@@ -45,7 +48,11 @@ fn plan(n: usize, msgs: usize, seed: u64, max: usize) -> Plan {
             r += 1;
         }
         // One message of exactly 16 MiB, the top of the range.
-        let len = if k == msgs / 2 { 16 << 20 } else { size(&mut rng).min(max) };
+        let len = if k == msgs / 2 {
+            16 << 20
+        } else {
+            size(&mut rng).min(max)
+        };
         sizes.entry((s, r)).or_default().push(len);
     }
     Plan { sizes }
@@ -55,14 +62,16 @@ fn plan(n: usize, msgs: usize, seed: u64, max: usize) -> Plan {
 /// late at random so both the posted and the unexpected paths are exercised.
 fn run(n: usize, faults: Faults, seed: u64, p: &Plan, cfg: Config) -> (World, usize, u64) {
     let mut w = World::new(n, faults, seed, cfg);
-    let addrs: Vec<EndpointAddr> = (0..n).map(|i| w.nodes[i].eng.open_endpoint(Some(1)).unwrap()).collect();
+    let addrs: Vec<EndpointAddr> = (0..n)
+        .map(|i| w.nodes[i].eng.open_endpoint(Some(1)).unwrap())
+        .collect();
     let mut rng = SmallRng::seed_from_u64(seed ^ 0xabc);
     let depth = 8;
     // Per pair: next message to send, next to receive; in-flight sends and receives.
     let mut next_send: HashMap<(usize, usize), usize> = HashMap::new();
     let mut next_recv: HashMap<(usize, usize), usize> = HashMap::new();
     let mut sends: HashMap<(usize, ReqId), (usize, BufRef)> = HashMap::new();
-    let mut recvs: HashMap<(usize, ReqId), ((usize, usize), usize, BufRef)> = HashMap::new();
+    let mut recvs: HashMap<(usize, ReqId), PendingRecv> = HashMap::new();
     let mut open_sends: HashMap<(usize, usize), usize> = HashMap::new();
     let mut open_recvs: HashMap<(usize, usize), usize> = HashMap::new();
     // What each receiver has completed per sender, in completion order of matching.
@@ -73,7 +82,11 @@ fn run(n: usize, faults: Faults, seed: u64, p: &Plan, cfg: Config) -> (World, us
     let mut steps = 0u64;
     while completed < 2 * total {
         steps += 1;
-        assert!(steps < 50_000_000, "no progress: {completed}/{} completions", 2 * total);
+        assert!(
+            steps < 50_000_000,
+            "no progress: {completed}/{} completions",
+            2 * total
+        );
         for (&(s, r), list) in &p.sizes {
             let k = next_send.entry((s, r)).or_default();
             let o = open_sends.entry((s, r)).or_default();
@@ -81,9 +94,15 @@ fn run(n: usize, faults: Faults, seed: u64, p: &Plan, cfg: Config) -> (World, us
                 let len = list[*k];
                 let buf = w.mem(s).insert(pattern(s as u32, *k as u32, len));
                 let tag = (*k % 3) as i32; // receivers use ANY_TAG: order must still hold
-                let now = w.now;
-                let mode = if *k % 17 == 0 { SendMode::Synchronous } else { SendMode::Standard };
-                let id = w.nodes[s].eng.isend(1, addrs[r], match_bits(9, tag), s as u32, buf, mode, now).unwrap();
+                let mode = if (*k).is_multiple_of(17) {
+                    SendMode::Synchronous
+                } else {
+                    SendMode::Standard
+                };
+                let id = w.nodes[s]
+                    .eng
+                    .isend(1, addrs[r], match_bits(9, tag), s as u32, buf, mode)
+                    .unwrap();
                 sends.insert((s, id), (s, buf));
                 *k += 1;
                 *o += 1;
@@ -93,7 +112,10 @@ fn run(n: usize, faults: Faults, seed: u64, p: &Plan, cfg: Config) -> (World, us
             if *k < list.len() && *o < depth && rng.gen_bool(0.3) {
                 let len = list[*k];
                 let buf = w.mem(r).insert(vec![0xee; len]);
-                let id = w.nodes[r].eng.irecv(1, MatchSpec::mpi(9, s as i32, ANY_TAG), buf).unwrap();
+                let id = w.nodes[r]
+                    .eng
+                    .irecv(1, MatchSpec::mpi(9, s as i32, ANY_TAG), buf)
+                    .unwrap();
                 recvs.insert((r, id), ((s, r), *k, buf));
                 *k += 1;
                 *o += 1;
@@ -105,20 +127,36 @@ fn run(n: usize, faults: Faults, seed: u64, p: &Plan, cfg: Config) -> (World, us
                 completed += 1;
                 match c.result {
                     Ok(Outcome::Sent) => {
-                        let (s, buf) = sends.remove(&(i, c.req)).expect("send completed twice or unknown");
+                        let (s, buf) = sends
+                            .remove(&(i, c.req))
+                            .expect("send completed twice or unknown");
                         w.mem(s).take(&buf);
                         dec_send(&mut open_sends, s, &p.sizes);
                     }
-                    Ok(Outcome::Received { info, received, truncated }) => {
-                        let (pair, k, buf) = recvs.remove(&(i, c.req)).expect("receive completed twice or unknown");
+                    Ok(Outcome::Received {
+                        info,
+                        received,
+                        truncated,
+                    }) => {
+                        let (pair, k, buf) = recvs
+                            .remove(&(i, c.req))
+                            .expect("receive completed twice or unknown");
                         let len = p.sizes[&pair][k];
                         assert_eq!(i, pair.1);
                         assert!(!truncated);
                         assert_eq!(info.src_rank as usize, pair.0);
-                        assert_eq!(info.match_bits, match_bits(9, (k % 3) as i32), "match bits of message {k} from {}", pair.0);
+                        assert_eq!(
+                            info.match_bits,
+                            match_bits(9, (k % 3) as i32),
+                            "match bits of message {k} from {}",
+                            pair.0
+                        );
                         assert_eq!((info.len, received), (len as u64, len as u64));
                         let got = w.mem(i).take(&buf).unwrap();
-                        assert!(got == pattern(pair.0 as u32, k as u32, len), "message {k} {pair:?} ({len} B) corrupted or out of order");
+                        assert!(
+                            got == pattern(pair.0 as u32, k as u32, len),
+                            "message {k} {pair:?} ({len} B) corrupted or out of order"
+                        );
                         // Receive k of a pair holds message k: matching kept the send order
                         // (completions may finish in another order: a large message ends later).
                         *done_recv.entry(pair).or_default() += 1;
@@ -134,7 +172,11 @@ fn run(n: usize, faults: Faults, seed: u64, p: &Plan, cfg: Config) -> (World, us
 }
 
 /// Sends complete in order per pair only loosely; keep a per-sender count instead.
-fn dec_send(open: &mut HashMap<(usize, usize), usize>, s: usize, sizes: &HashMap<(usize, usize), Vec<usize>>) {
+fn dec_send(
+    open: &mut HashMap<(usize, usize), usize>,
+    s: usize,
+    sizes: &HashMap<(usize, usize), Vec<usize>>,
+) {
     // Any pair of this sender with an open send: the exact pair does not matter for pacing.
     let mut keys: Vec<_> = sizes.keys().filter(|(ps, _)| *ps == s).copied().collect();
     keys.sort();

@@ -2,14 +2,22 @@
 
 mod common;
 use common::*;
+use tigon_engine::matching::match_bits;
 use tigon_engine::sim::Faults;
 use tigon_engine::*;
-use tigon_engine::matching::match_bits;
 
 const CTX: u32 = 3;
 
 fn world() -> World {
-    World::new(2, Faults { delay_ns: 5_000, ..Faults::default() }, 1, Config::default())
+    World::new(
+        2,
+        Faults {
+            delay_ns: 5_000,
+            ..Faults::default()
+        },
+        1,
+        Config::default(),
+    )
 }
 
 fn open(w: &mut World) -> (EndpointAddr, EndpointAddr) {
@@ -18,20 +26,40 @@ fn open(w: &mut World) -> (EndpointAddr, EndpointAddr) {
     (a, b)
 }
 
-fn send(w: &mut World, from: usize, to: EndpointAddr, rank: u32, tag: i32, data: Vec<u8>, mode: SendMode) -> ReqId {
+fn send(
+    w: &mut World,
+    from: usize,
+    to: EndpointAddr,
+    rank: u32,
+    tag: i32,
+    data: Vec<u8>,
+    mode: SendMode,
+) -> ReqId {
     let buf = w.mem(from).insert(data);
-    let now = w.now;
-    w.nodes[from].eng.isend(0, to, match_bits(CTX, tag), rank, buf, mode, now).unwrap()
+    w.nodes[from]
+        .eng
+        .isend(0, to, match_bits(CTX, tag), rank, buf, mode)
+        .unwrap()
 }
 
 fn recv(w: &mut World, at: usize, src: i32, tag: i32, cap: usize) -> (ReqId, BufRef) {
     let buf = w.mem(at).insert(vec![0; cap]);
-    (w.nodes[at].eng.irecv(0, MatchSpec::mpi(CTX, src, tag), buf).unwrap(), buf)
+    (
+        w.nodes[at]
+            .eng
+            .irecv(0, MatchSpec::mpi(CTX, src, tag), buf)
+            .unwrap(),
+        buf,
+    )
 }
 
 fn received(c: &Completion) -> (MsgInfo, u64, bool) {
     match &c.result {
-        Ok(Outcome::Received { info, received, truncated }) => (*info, *received, *truncated),
+        Ok(Outcome::Received {
+            info,
+            received,
+            truncated,
+        }) => (*info, *received, *truncated),
         r => panic!("not a receive: {r:?}"),
     }
 }
@@ -41,7 +69,10 @@ fn wait_all(w: &mut World, i: usize, ids: &[ReqId]) -> Vec<Completion> {
     let mut got: Vec<Option<Completion>> = vec![None; ids.len()];
     w.run_until(200_000, |w| {
         while let Some(c) = w.nodes[i].eng.pop_completion() {
-            let k = ids.iter().position(|&r| r == c.req).expect("completion of an unknown request");
+            let k = ids
+                .iter()
+                .position(|&r| r == c.req)
+                .expect("completion of an unknown request");
             got[k] = Some(c);
         }
         got.iter().all(Option::is_some)
@@ -57,7 +88,10 @@ fn wildcards_match_any_source_and_any_tag() {
     let (r, buf) = recv(&mut w, 1, ANY_SOURCE, ANY_TAG, 16);
     let c = wait_all(&mut w, 1, &[r]);
     let (info, n, trunc) = received(&c[0]);
-    assert_eq!((info.src_rank, info.match_bits, n, trunc), (5, match_bits(CTX, 42), 5, false));
+    assert_eq!(
+        (info.src_rank, info.match_bits, n, trunc),
+        (5, match_bits(CTX, 42), 5, false)
+    );
     assert_eq!(&w.mem(1).get(&buf).unwrap()[..5], b"hello");
     assert!(wait_all(&mut w, 0, &[s])[0].result.is_ok());
 }
@@ -66,11 +100,23 @@ fn wildcards_match_any_source_and_any_tag() {
 fn any_tag_never_matches_negative_tags() {
     let mut w = world();
     let (_, b) = open(&mut w);
-    send(&mut w, 0, b, 0, -5, b"collective".to_vec(), SendMode::Standard);
+    send(
+        &mut w,
+        0,
+        b,
+        0,
+        -5,
+        b"collective".to_vec(),
+        SendMode::Standard,
+    );
     send(&mut w, 0, b, 0, 9, b"user".to_vec(), SendMode::Standard);
     let (r, buf) = recv(&mut w, 1, ANY_SOURCE, ANY_TAG, 16);
     let c = wait_all(&mut w, 1, &[r]);
-    assert_eq!(received(&c[0]).0.match_bits, match_bits(CTX, 9), "ANY_TAG took the negative tag");
+    assert_eq!(
+        received(&c[0]).0.match_bits,
+        match_bits(CTX, 9),
+        "ANY_TAG took the negative tag"
+    );
     assert_eq!(&w.mem(1).get(&buf).unwrap()[..4], b"user");
     let (r2, buf2) = recv(&mut w, 1, 0, -5, 16);
     let c = wait_all(&mut w, 1, &[r2]);
@@ -86,7 +132,15 @@ fn non_overtaking_order_across_classes() {
     let (_, b) = open(&mut w);
     let sizes = [100_000usize, 10, 40_000, 0, 3_000, 1_000_000, 1];
     for (i, &n) in sizes.iter().enumerate() {
-        send(&mut w, 0, b, 0, 1, pattern(0, i as u32, n), SendMode::Standard);
+        send(
+            &mut w,
+            0,
+            b,
+            0,
+            1,
+            pattern(0, i as u32, n),
+            SendMode::Standard,
+        );
     }
     let mut rs = Vec::new();
     for _ in &sizes {
@@ -97,7 +151,10 @@ fn non_overtaking_order_across_classes() {
     for (i, (c, (_, buf))) in cs.iter().zip(&rs).enumerate() {
         let (_, n, _) = received(c);
         assert_eq!(n as usize, sizes[i], "message {i} matched out of order");
-        assert_eq!(&w.mem(1).get(buf).unwrap()[..sizes[i]], &pattern(0, i as u32, sizes[i])[..]);
+        assert_eq!(
+            &w.mem(1).get(buf).unwrap()[..sizes[i]],
+            &pattern(0, i as u32, sizes[i])[..]
+        );
     }
 }
 
@@ -105,7 +162,13 @@ fn non_overtaking_order_across_classes() {
 fn probe_reports_without_consuming() {
     let mut w = world();
     let (_, b) = open(&mut w);
-    assert_eq!(w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, ANY_SOURCE, ANY_TAG)).unwrap(), None);
+    assert_eq!(
+        w.nodes[1]
+            .eng
+            .iprobe(0, MatchSpec::mpi(CTX, ANY_SOURCE, ANY_TAG))
+            .unwrap(),
+        None
+    );
     send(&mut w, 0, b, 7, 3, vec![1; 5000], SendMode::Standard);
     let mut info = None;
     w.run_until(100_000, |w| {
@@ -114,9 +177,22 @@ fn probe_reports_without_consuming() {
     });
     let info = info.unwrap();
     assert_eq!((info.src_rank, info.len), (7, 5000));
-    assert!(w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, 6, 3)).unwrap().is_none(), "wrong source matched");
+    assert!(
+        w.nodes[1]
+            .eng
+            .iprobe(0, MatchSpec::mpi(CTX, 6, 3))
+            .unwrap()
+            .is_none(),
+        "wrong source matched"
+    );
     // Still there after probing.
-    assert!(w.nodes[1].eng.iprobe(0, MatchSpec::mpi(CTX, 7, ANY_TAG)).unwrap().is_some());
+    assert!(
+        w.nodes[1]
+            .eng
+            .iprobe(0, MatchSpec::mpi(CTX, 7, ANY_TAG))
+            .unwrap()
+            .is_some()
+    );
     let (r, buf) = recv(&mut w, 1, 7, 3, 5000);
     wait_all(&mut w, 1, &[r]);
     assert_eq!(w.mem(1).get(&buf).unwrap(), &vec![1; 5000]);
@@ -127,10 +203,21 @@ fn mprobe_then_mrecv_takes_that_message() {
     let mut w = world();
     let (_, b) = open(&mut w);
     send(&mut w, 0, b, 1, 8, b"first".to_vec(), SendMode::Standard);
-    send(&mut w, 0, b, 1, 8, pattern(1, 2, 200_000), SendMode::Standard);
+    send(
+        &mut w,
+        0,
+        b,
+        1,
+        8,
+        pattern(1, 2, 200_000),
+        SendMode::Standard,
+    );
     let mut h = None;
     w.run_until(100_000, |w| {
-        h = w.nodes[1].eng.improbe(0, MatchSpec::mpi(CTX, ANY_SOURCE, 8)).unwrap();
+        h = w.nodes[1]
+            .eng
+            .improbe(0, MatchSpec::mpi(CTX, ANY_SOURCE, 8))
+            .unwrap();
         h.is_some()
     });
     let (h1, info1) = h.unwrap();
@@ -138,7 +225,10 @@ fn mprobe_then_mrecv_takes_that_message() {
     // The first message is no longer visible to probes or receives.
     let mut h = None;
     w.run_until(100_000, |w| {
-        h = w.nodes[1].eng.improbe(0, MatchSpec::mpi(CTX, ANY_SOURCE, 8)).unwrap();
+        h = w.nodes[1]
+            .eng
+            .improbe(0, MatchSpec::mpi(CTX, ANY_SOURCE, 8))
+            .unwrap();
         h.is_some()
     });
     let (h2, info2) = h.unwrap();
@@ -151,7 +241,10 @@ fn mprobe_then_mrecv_takes_that_message() {
     wait_all(&mut w, 1, &[r1, r2]);
     assert_eq!(&w.mem(1).get(&b1).unwrap()[..5], b"first");
     assert_eq!(w.mem(1).get(&b2).unwrap(), &pattern(1, 2, 200_000));
-    assert!(w.nodes[1].eng.imrecv(h1, b1).is_err(), "a handle is good once");
+    assert!(
+        w.nodes[1].eng.imrecv(h1, b1).is_err(),
+        "a handle is good once"
+    );
 }
 
 #[test]
@@ -167,7 +260,10 @@ fn cancel_unmatched_receive_only() {
     let (r2, buf) = recv(&mut w, 1, 0, 77, 16);
     wait_all(&mut w, 1, &[r2]);
     assert_eq!(&w.mem(1).get(&buf).unwrap()[..4], b"late");
-    assert!(!w.nodes[1].eng.cancel(r2), "a completed receive cannot be cancelled");
+    assert!(
+        !w.nodes[1].eng.cancel(r2),
+        "a completed receive cannot be cancelled"
+    );
 }
 
 #[test]
@@ -190,12 +286,23 @@ fn synchronous_send_completes_only_after_match() {
     for len in [10usize, 5_000, 100_000] {
         let mut w = world();
         let (_, b) = open(&mut w);
-        let s = send(&mut w, 0, b, 0, 4, pattern(0, 1, len), SendMode::Synchronous);
+        let s = send(
+            &mut w,
+            0,
+            b,
+            0,
+            4,
+            pattern(0, 1, len),
+            SendMode::Synchronous,
+        );
         // Long enough for every frame to be delivered and acknowledged many times over.
         for _ in 0..20_000 {
             w.step();
         }
-        assert!(w.nodes[0].eng.is_pending(s), "{len}: Ssend completed before the receiver matched");
+        assert!(
+            w.nodes[0].eng.is_pending(s),
+            "{len}: Ssend completed before the receiver matched"
+        );
         assert!(w.nodes[0].eng.pop_completion().is_none());
         let (r, _) = recv(&mut w, 1, 0, 4, len);
         wait_all(&mut w, 1, &[r]);

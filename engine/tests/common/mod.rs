@@ -25,7 +25,12 @@ pub fn mac(i: usize) -> MacAddr {
 impl World {
     pub fn new(n: usize, faults: Faults, seed: u64, cfg: Config) -> World {
         let net = SimNet::new(faults, seed);
-        let mut w = World { net, nodes: Vec::new(), now: 1_000, cfg };
+        let mut w = World {
+            net,
+            nodes: Vec::new(),
+            now: 1_000,
+            cfg,
+        };
         for i in 0..n {
             w.add_node(i, seed.wrapping_add(i as u64 * 7919));
         }
@@ -35,7 +40,13 @@ impl World {
     /// (Re)creates node `i` with a fresh engine: a restart, as far as its peers can tell.
     pub fn add_node(&mut self, i: usize, seed: u64) {
         let port = self.net.port(mac(i), self.cfg.max_frame);
-        let mut eng = Eng::new(self.cfg.clone(), mac(i), self.cfg.max_frame, CpuCopy::new(HeapMemory::default())).unwrap();
+        let mut eng = Eng::new(
+            self.cfg.clone(),
+            mac(i),
+            self.cfg.max_frame,
+            CpuCopy::new(HeapMemory::default()),
+        )
+        .unwrap();
         eng.seed(seed);
         let node = Node { eng, port };
         if i < self.nodes.len() {
@@ -56,7 +67,9 @@ impl World {
             work += n.eng.poll(&mut n.port, self.now);
         }
         // Busy: 1 µs per round. Idle: jump to the next arrival or timer granularity.
-        let dt = if work > 0 { 1_000 } else {
+        let dt = if work > 0 {
+            1_000
+        } else {
             match self.net.next_arrival() {
                 Some(t) if t > self.now => (t - self.now).min(50_000),
                 _ => 50_000,
@@ -75,7 +88,10 @@ impl World {
             }
             self.step();
         }
-        panic!("condition not reached within {max_steps} steps (virtual time {} ms)", self.now / 1_000_000);
+        panic!(
+            "condition not reached within {max_steps} steps (virtual time {} ms)",
+            self.now / 1_000_000
+        );
     }
 
     /// Steps until node `i` reports a completion for `req`.
