@@ -1732,24 +1732,31 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
+    /// Completes an eager receive whose bytes have all arrived, once its copies are done. While
+    /// earlier copies are still in the device, it queues behind them: receives complete in the
+    /// order their data arrived.
     fn try_finish_recv(&mut self, id: ReqId) {
+        let fifo_busy = !self.copy_fifo.is_empty();
         let Some(r) = self.recv_mut(id) else { return };
         match r.state {
             RecvState::Eager if r.arrived && r.copies == 0 => {
-                let info = r.info.expect("matched");
-                let (received, truncated) = (r.received, info.len > r.buf.len);
-                self.finish(
-                    id,
-                    Ok(Outcome::Received {
-                        info,
-                        received,
-                        truncated,
-                    }),
-                );
+                if fifo_busy {
+                    r.copies += 1;
+                    self.copy_fifo.push_back((id, true));
+                } else {
+                    self.finish_recv_now(id);
+                }
             }
             RecvState::Pulling { .. } => self.maybe_finish_pull(id),
             _ => {}
         }
+    }
+
+    fn finish_recv_now(&mut self, id: ReqId) {
+        let Some(r) = self.recv_mut(id) else { return };
+        let info = r.info.expect("matched");
+        let (received, truncated) = (r.received, info.len > r.buf.len);
+        self.finish(id, Ok(Outcome::Received { info, received, truncated }));
     }
 
     fn copy_completions(&mut self) -> usize {
@@ -1782,8 +1789,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             work += 1;
             if let Some(r) = self.recv_mut(id) {
                 r.copies -= 1;
-                if r.copies == 0 {
-                    self.try_finish_recv(id);
+                if r.copies == 0 && r.arrived {
+                    match r.state {
+                        RecvState::Eager => self.finish_recv_now(id),
+                        _ => self.maybe_finish_pull(id),
+                    }
                 }
             }
         }
