@@ -1756,7 +1756,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let Some(r) = self.recv_mut(id) else { return };
         let info = r.info.expect("matched");
         let (received, truncated) = (r.received, info.len > r.buf.len);
-        self.finish(id, Ok(Outcome::Received { info, received, truncated }));
+        self.finish(
+            id,
+            Ok(Outcome::Received {
+                info,
+                received,
+                truncated,
+            }),
+        );
     }
 
     fn copy_completions(&mut self) -> usize {

@@ -13,6 +13,7 @@ pub mod copy;
 mod engine;
 pub mod link;
 pub mod matching;
+pub mod memlink;
 pub mod sim;
 pub mod stats;
 pub mod wire;

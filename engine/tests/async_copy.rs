@@ -20,22 +20,37 @@ struct LaggyCopy {
 }
 
 impl CopyEngine<Vec<u8>> for LaggyCopy {
-    fn copy_from_frame(&mut self, frame: Vec<u8>, range: Range<usize>, dst: &BufRef, off: u64) -> Result<bool, CopyError> {
+    fn copy_from_frame(
+        &mut self,
+        frame: Vec<u8>,
+        range: Range<usize>,
+        dst: &BufRef,
+        off: u64,
+    ) -> Result<bool, CopyError> {
         if range.len() < self.threshold {
             self.write(dst, off, &frame[range])?;
             return Ok(true);
         }
-        self.queue.push_back((self.lag, frame[range].to_vec(), *dst, off));
+        self.queue
+            .push_back((self.lag, frame[range].to_vec(), *dst, off));
         Ok(false)
     }
     fn write(&mut self, dst: &BufRef, off: u64, src: &[u8]) -> Result<(), CopyError> {
-        let m = self.mem.slice_mut(dst).ok_or_else(|| CopyError("no such buffer".into()))?;
-        m.get_mut(off as usize..off as usize + src.len()).ok_or_else(|| CopyError("overrun".into()))?.copy_from_slice(src);
+        let m = self
+            .mem
+            .slice_mut(dst)
+            .ok_or_else(|| CopyError("no such buffer".into()))?;
+        m.get_mut(off as usize..off as usize + src.len())
+            .ok_or_else(|| CopyError("overrun".into()))?
+            .copy_from_slice(src);
         self.cpu_bytes += src.len() as u64;
         Ok(())
     }
     fn read(&mut self, src: &BufRef, off: u64, out: &mut [u8]) -> Result<(), CopyError> {
-        let m = self.mem.slice(src).ok_or_else(|| CopyError("no such buffer".into()))?;
+        let m = self
+            .mem
+            .slice(src)
+            .ok_or_else(|| CopyError("no such buffer".into()))?;
         out.copy_from_slice(&m[off as usize..off as usize + out.len()]);
         Ok(())
     }
@@ -63,10 +78,23 @@ fn async_copies_complete_receives_in_delivery_order_with_the_right_bytes() {
     let net = SimNet::new(Faults::default(), 1);
     let mut pa = net.port(common::mac(0), 1514);
     let mut pb = net.port(common::mac(1), 1514);
-    let mut a: Engine<SimPort, CpuCopy<HeapMemory>> =
-        Engine::new(Config::default(), common::mac(0), 1514, CpuCopy::new(HeapMemory::default())).unwrap();
-    let lag = LaggyCopy { mem: HeapMemory::default(), threshold: 512, lag: 7, queue: VecDeque::new(), device_bytes: 0, cpu_bytes: 0 };
-    let mut b: Engine<SimPort, LaggyCopy> = Engine::new(Config::default(), common::mac(1), 1514, lag).unwrap();
+    let mut a: Engine<SimPort, CpuCopy<HeapMemory>> = Engine::new(
+        Config::default(),
+        common::mac(0),
+        1514,
+        CpuCopy::new(HeapMemory::default()),
+    )
+    .unwrap();
+    let lag = LaggyCopy {
+        mem: HeapMemory::default(),
+        threshold: 512,
+        lag: 7,
+        queue: VecDeque::new(),
+        device_bytes: 0,
+        cpu_bytes: 0,
+    };
+    let mut b: Engine<SimPort, LaggyCopy> =
+        Engine::new(Config::default(), common::mac(1), 1514, lag).unwrap();
     a.open_endpoint(Some(0)).unwrap();
     let bb = b.open_endpoint(Some(0)).unwrap();
     let sizes = [5000usize, 10, 200_000, 1, 900, 70_000, 0, 3];
@@ -77,7 +105,8 @@ fn async_copies_complete_receives_in_delivery_order_with_the_right_bytes() {
     }
     for (i, &n) in sizes.iter().enumerate() {
         let buf = a.copy_engine_mut().mem.insert(pattern(0, i as u32, n));
-        a.isend(0, bb, match_bits(1, 2), 0, buf, SendMode::Standard).unwrap();
+        a.isend(0, bb, match_bits(1, 2), 0, buf, SendMode::Standard)
+            .unwrap();
     }
     let mut order = Vec::new();
     let mut now = 1;
@@ -94,11 +123,25 @@ fn async_copies_complete_receives_in_delivery_order_with_the_right_bytes() {
     }
     // Eager messages complete in arrival order even though the small ones were copied at once
     // and the larger ones by the laggy device; rendezvous messages finish after their pulls.
-    let eager: Vec<usize> = order.iter().copied().filter(|&i| sizes[i] <= 32 * 1024).collect();
-    assert_eq!(eager, vec![0, 1, 3, 4, 6, 7], "completions out of delivery order: {order:?}");
+    let eager: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&i| sizes[i] <= 32 * 1024)
+        .collect();
+    assert_eq!(
+        eager,
+        vec![0, 1, 3, 4, 6, 7],
+        "completions out of delivery order: {order:?}"
+    );
     for (i, (_, buf)) in recvs.iter().enumerate() {
-        assert!(b.copy_engine().mem.get(buf).unwrap() == &pattern(0, i as u32, sizes[i]), "message {i}");
+        assert!(
+            b.copy_engine().mem.get(buf).unwrap() == &pattern(0, i as u32, sizes[i]),
+            "message {i}"
+        );
     }
     let (dev, cpu) = b.copy_engine().copied_bytes();
-    assert!(dev > 0 && cpu > 0, "both paths used: device {dev}, cpu {cpu}");
+    assert!(
+        dev > 0 && cpu > 0,
+        "both paths used: device {dev}, cpu {cpu}"
+    );
 }

@@ -1,0 +1,216 @@
+//! `tigon bench engine`: messages and frames per second through the engine's poll loop, one
+//! thread (core) per side, over a lossless in-memory link.
+
+use crate::report;
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tigon_engine::matching::match_bits;
+use tigon_engine::memlink::{self, MemLink};
+use tigon_engine::*;
+
+/// One measured case.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub class: String,
+    pub size: usize,
+    pub mtu: usize,
+    pub messages: u64,
+    pub seconds: f64,
+    pub msgs_per_s: f64,
+    pub frames_per_s: f64,
+    pub gbit_per_s: f64,
+    pub retransmits: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub command: String,
+    pub cores: usize,
+    pub rows: Vec<Row>,
+    pub small_msgs_per_s_target: f64,
+    pub small_target_met: bool,
+}
+
+type Eng = Engine<MemLink, CpuCopy<HeapMemory>>;
+
+fn clock(t0: Instant) -> u64 {
+    t0.elapsed().as_nanos() as u64
+}
+
+fn pin(core: usize) {
+    // Best effort: one side per core when there are two; the OS decides otherwise.
+    let _ = core;
+}
+
+/// Sends `count` messages of `size` bytes from one engine to another, `depth` in flight.
+pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) -> Row {
+    let max_frame = mtu + 14;
+    let cfg = Config {
+        max_frame,
+        ..Config::default()
+    };
+    let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+    let (mut la, mut lb) = memlink::pair(ma, mb, max_frame, 4096);
+    let t0 = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cfg_b = cfg.clone();
+    let stop_b = stop.clone();
+    let receiver = std::thread::spawn(move || {
+        pin(1);
+        let mut e: Eng =
+            Engine::new(cfg_b, mb, max_frame, CpuCopy::new(HeapMemory::default())).expect("config");
+        e.open_endpoint(Some(0)).expect("endpoint");
+        let bufs: Vec<BufRef> = (0..depth)
+            .map(|_| e.copy_engine_mut().mem.insert(vec![0; size]))
+            .collect();
+        let spec = MatchSpec::mpi(1, ANY_SOURCE, ANY_TAG);
+        let mut slot = std::collections::HashMap::new();
+        for b in &bufs {
+            slot.insert(e.irecv(0, spec, *b).expect("irecv"), *b);
+        }
+        let mut got = 0u64;
+        let mut first = None;
+        while got < count {
+            e.poll(&mut lb, clock(t0));
+            while let Some(c) = e.pop_completion() {
+                assert!(c.result.is_ok(), "receive failed: {:?}", c.result);
+                first.get_or_insert_with(Instant::now);
+                got += 1;
+                let b = slot.remove(&c.req).expect("known receive");
+                if got + (depth as u64) <= count + depth as u64 {
+                    slot.insert(e.irecv(0, spec, b).expect("irecv"), b);
+                }
+            }
+        }
+        // Keep acknowledging until the sender has seen its completions.
+        while !stop_b.load(Ordering::Relaxed) {
+            e.poll(&mut lb, clock(t0));
+        }
+        (e.stats.clone(), first)
+    });
+    pin(0);
+    let mut e: Eng =
+        Engine::new(cfg, ma, max_frame, CpuCopy::new(HeapMemory::default())).expect("config");
+    e.open_endpoint(Some(0)).expect("endpoint");
+    let dest = EndpointAddr::new(mb, 0);
+    let bufs: Vec<BufRef> = (0..depth)
+        .map(|i| e.copy_engine_mut().mem.insert(vec![i as u8; size]))
+        .collect();
+    let mut free: Vec<BufRef> = bufs.clone();
+    let mut slot = std::collections::HashMap::new();
+    let (mut posted, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    while done < count {
+        while posted < count
+            && let Some(b) = free.pop()
+        {
+            let id = e
+                .isend(0, dest, match_bits(1, 0), 0, b, SendMode::Standard)
+                .expect("isend");
+            slot.insert(id, b);
+            posted += 1;
+        }
+        e.poll(&mut la, clock(t0));
+        while let Some(c) = e.pop_completion() {
+            assert!(c.result.is_ok(), "send failed: {:?}", c.result);
+            free.push(slot.remove(&c.req).expect("known send"));
+            done += 1;
+        }
+        if last_report.elapsed() > Duration::from_millis(200) {
+            last_report = Instant::now();
+            report::progress(&format!("bench engine: {class} {size} B: {done}/{count}"));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (rstats, _) = receiver.join().expect("receiver thread");
+    let frames = e.stats.tx_frames + rstats.tx_frames;
+    Row {
+        class: class.into(),
+        size,
+        mtu,
+        messages: count,
+        seconds: secs,
+        msgs_per_s: count as f64 / secs,
+        frames_per_s: frames as f64 / secs,
+        gbit_per_s: (count as f64 * size as f64 * 8.0) / secs / 1e9,
+        retransmits: e.stats.retransmits + rstats.retransmits,
+    }
+}
+
+/// Runs the standard cases; `scale` multiplies the message counts (1.0 by default).
+pub fn run(mtu: usize, scale: f64) -> Report {
+    let n = |c: f64| ((c * scale) as u64).max(10);
+    let cases = [
+        ("small", 8usize, n(2_000_000.0), 256usize),
+        ("small", 64, n(2_000_000.0), 256),
+        ("medium", 16 * 1024, n(100_000.0), 64),
+        ("large", 1 << 20, n(2_000.0), 8),
+        ("large", 4 << 20, n(500.0), 4),
+    ];
+    let mut rows = Vec::new();
+    for (class, size, count, depth) in cases {
+        rows.push(run_case(class, size, count, mtu, depth));
+    }
+    report::progress_done();
+    let small = rows
+        .iter()
+        .filter(|r| r.class == "small")
+        .map(|r| r.msgs_per_s)
+        .fold(0.0, f64::max);
+    Report {
+        command: format!("tigon bench engine --mtu {mtu}"),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        rows,
+        small_msgs_per_s_target: 5e6,
+        small_target_met: small >= 5e6,
+    }
+}
+
+/// The report as a terminal table.
+pub fn render(r: &Report) -> String {
+    let rows: Vec<Vec<String>> = r
+        .rows
+        .iter()
+        .map(|x| {
+            vec![
+                x.class.clone(),
+                x.size.to_string(),
+                x.messages.to_string(),
+                report::si(x.msgs_per_s),
+                report::si(x.frames_per_s),
+                format!("{:.2}", x.gbit_per_s),
+                x.retransmits.to_string(),
+            ]
+        })
+        .collect();
+    let mut s = report::table(
+        &[
+            "class",
+            "bytes",
+            "messages",
+            "msgs/s",
+            "frames/s",
+            "Gbit/s",
+            "retransmits",
+        ],
+        &rows,
+    );
+    let best = r
+        .rows
+        .iter()
+        .filter(|x| x.class == "small")
+        .map(|x| x.msgs_per_s)
+        .fold(0.0, f64::max);
+    s.push_str(&format!(
+        "\n\ntarget: >= 5 M small messages/s per core: {} ({} msgs/s; {} cores here)\nreproduce: {}",
+        if r.small_target_met { "met" } else { "not met" },
+        report::si(best),
+        r.cores,
+        r.command
+    ));
+    s
+}

@@ -1,0 +1,5 @@
+//! tigon's benchmarks. Each returns rows that [`report`] prints as a table and saves as JSON
+//! under `target/bench/`.
+
+pub mod engine;
+pub mod report;
