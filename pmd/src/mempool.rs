@@ -1,0 +1,201 @@
+//! Pools of packet mbufs (`rte_pktmbuf_pool_create`).
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use tigon_dpdk_sys as sys;
+
+use crate::eal::Eal;
+use crate::error::{Error, Result};
+use crate::extmem::ExtMem;
+use crate::mbuf::Mbuf;
+
+/// Headroom DPDK reserves in front of every mbuf's data.
+pub const HEADROOM: u16 = sys::RTE_PKTMBUF_HEADROOM as u16;
+/// DPDK's default data room: 2048 bytes of data plus the headroom.
+pub const DEFAULT_DATA_ROOM: u16 = sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
+/// Data room for 9000-byte MTU frames (9018 B with Ethernet header and FCS) in one segment.
+pub const JUMBO_DATA_ROOM: u16 = 9216 + HEADROOM;
+/// Longest mempool name DPDK accepts (its memzone names carry a prefix).
+pub const MAX_NAME_LEN: usize = 24;
+
+struct Inner {
+    mp: NonNull<sys::rte_mempool>,
+    name: String,
+    size: u32,
+    eal: Eal,
+}
+
+// SAFETY: DPDK mempools (default ring ops, multi-producer/multi-consumer) are thread-safe.
+unsafe impl Send for Inner {}
+// SAFETY: as above; every operation through &Inner is a thread-safe DPDK call.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // SAFETY: mp is a live pool created by us.
+        let in_use = unsafe { sys::tigon_mempool_in_use_count(self.mp.as_ptr()) };
+        if in_use != 0 {
+            // Mbufs of this pool are still alive somewhere (an `Mbuf`, a port ring): freeing
+            // the pool or cleaning up the EAL would leave them dangling, so leak both.
+            log::warn!(
+                "mempool `{}` dropped with {in_use} mbufs in use: leaking it (and keeping the \
+                 EAL alive)",
+                self.name
+            );
+            std::mem::forget(self.eal.clone());
+            return;
+        }
+        // SAFETY: no mbuf of this pool is in use and no port references it any more (ports
+        // hold a Mempool clone), so the pool can be freed.
+        unsafe { sys::rte_mempool_free(self.mp.as_ptr()) };
+    }
+}
+
+/// A pool of packet mbufs. Cloning shares the pool.
+#[derive(Clone)]
+pub struct Mempool {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Mempool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mempool")
+            .field("name", &self.inner.name)
+            .field("size", &self.inner.size)
+            .finish()
+    }
+}
+
+impl Mempool {
+    /// Creates a pool of `size` mbufs (2^n - 1 is optimal), each with `data_room` bytes of
+    /// buffer including the `HEADROOM` (use `DEFAULT_DATA_ROOM` or `JUMBO_DATA_ROOM`).
+    /// The name must be unique in the process and at most `MAX_NAME_LEN` bytes.
+    pub fn new(eal: &Eal, name: &str, size: u32, data_room: u16) -> Result<Mempool> {
+        if name.is_empty() || name.len() > MAX_NAME_LEN {
+            return Err(Error::InvalidArgument(format!(
+                "mempool name `{name}` must be 1..={MAX_NAME_LEN} bytes"
+            )));
+        }
+        if size == 0 || data_room <= HEADROOM {
+            return Err(Error::InvalidArgument(format!(
+                "mempool `{name}`: size {size} must be > 0 and data room {data_room} must \
+                 exceed the {HEADROOM}-byte headroom"
+            )));
+        }
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))?;
+        // Per-lcore caches speed up big pools but hide mbufs from other lcores; small pools
+        // (tests, control traffic) go without.
+        let cache = if size >= 4096 { 256 } else { 0 };
+        // SAFETY: the EAL is initialised (we hold a handle); cname is a valid C string.
+        let mp = unsafe {
+            sys::rte_pktmbuf_pool_create(
+                cname.as_ptr(),
+                size,
+                cache,
+                0,
+                data_room,
+                sys::rte_socket_id() as i32,
+            )
+        };
+        let mp = NonNull::new(mp).ok_or_else(|| {
+            Error::dpdk(
+                format!("creating mempool `{name}` ({size} mbufs of {data_room} B)"),
+                -1,
+            )
+        })?;
+        Ok(Mempool {
+            inner: Arc::new(Inner {
+                mp,
+                name: name.to_string(),
+                size,
+                eal: eal.clone(),
+            }),
+        })
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Number of mbufs in the pool.
+    pub fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    /// Buffer size of each mbuf, headroom included.
+    pub fn data_room(&self) -> u16 {
+        // SAFETY: live pool.
+        unsafe { sys::tigon_pktmbuf_data_room_size(self.inner.mp.as_ptr()) }
+    }
+
+    /// Free mbufs (including those in per-lcore caches).
+    pub fn available(&self) -> u32 {
+        // SAFETY: live pool.
+        unsafe { sys::tigon_mempool_avail_count(self.inner.mp.as_ptr()) }
+    }
+
+    /// Mbufs currently allocated.
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: live pool.
+        unsafe { sys::tigon_mempool_in_use_count(self.inner.mp.as_ptr()) }
+    }
+
+    /// The EAL this pool belongs to.
+    pub fn eal(&self) -> &Eal {
+        &self.inner.eal
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::rte_mempool {
+        self.inner.mp.as_ptr()
+    }
+
+    /// One empty mbuf, or `Error::PoolExhausted`.
+    pub fn alloc(&self) -> Result<Mbuf> {
+        // SAFETY: live pool; a non-null result is a fresh mbuf that we now own.
+        let m = unsafe { sys::tigon_pktmbuf_alloc(self.as_ptr()) };
+        match NonNull::new(m) {
+            // SAFETY: freshly allocated, owned by nobody else.
+            Some(m) => Ok(unsafe { Mbuf::from_raw(m) }),
+            None => Err(self.exhausted()),
+        }
+    }
+
+    /// `n` empty mbufs appended to `out`, all or none.
+    pub fn alloc_bulk(&self, n: usize, out: &mut Vec<Mbuf>) -> Result<()> {
+        let count = u32::try_from(n)
+            .map_err(|_| Error::InvalidArgument(format!("bulk allocation of {n} mbufs")))?;
+        let mut raw: Vec<*mut sys::rte_mbuf> = vec![std::ptr::null_mut(); n];
+        // SAFETY: raw has room for n pointers; on success every slot holds a fresh mbuf.
+        let ret = unsafe { sys::tigon_pktmbuf_alloc_bulk(self.as_ptr(), raw.as_mut_ptr(), count) };
+        if ret != 0 {
+            return Err(self.exhausted());
+        }
+        out.reserve(n);
+        for p in raw {
+            if let Some(m) = NonNull::new(p) {
+                // SAFETY: freshly allocated, owned by nobody else.
+                out.push(unsafe { Mbuf::from_raw(m) });
+            }
+        }
+        Ok(())
+    }
+
+    /// An mbuf whose data is `len` bytes of `mem` at `offset` (zero copy). See
+    /// [`Mbuf::attach_extbuf`].
+    pub fn alloc_extbuf(&self, mem: &Arc<ExtMem>, offset: usize, len: u16) -> Result<Mbuf> {
+        let mut m = self.alloc()?;
+        m.attach_extbuf(mem, offset, len)?;
+        Ok(m)
+    }
+
+    fn exhausted(&self) -> Error {
+        Error::PoolExhausted {
+            pool: self.inner.name.clone(),
+            size: self.inner.size,
+        }
+    }
+}

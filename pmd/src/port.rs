@@ -1,0 +1,600 @@
+//! Ethernet ports (ethdev) opened from devargs: a PCI address or a vdev string.
+
+use std::ffi::{CStr, CString};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tigon_dpdk_sys as sys;
+
+use crate::eal::Eal;
+use crate::error::{Error, Result, strerror};
+use crate::extmem::ExtMem;
+use crate::mbuf::Mbuf;
+use crate::mempool::{JUMBO_DATA_ROOM, Mempool};
+
+/// memif buffer size `Port::open` adds to memif devargs that set none: one buffer holds a
+/// 9000-byte-MTU frame.
+pub const MEMIF_BSIZE: u32 = 9216;
+
+/// How to set a port up.
+#[derive(Clone, Debug)]
+pub struct PortConfig {
+    /// Receive queues (each needs its own poller or the same one).
+    pub rx_queues: u16,
+    /// Transmit queues.
+    pub tx_queues: u16,
+    /// Receive descriptors per queue (clamped to what the driver accepts).
+    pub rx_desc: u16,
+    /// Transmit descriptors per queue (clamped to what the driver accepts).
+    pub tx_desc: u16,
+    /// MTU to set before starting; `None` keeps the driver's default (1500).
+    pub mtu: Option<u16>,
+    /// Receive frames for any destination MAC.
+    pub promiscuous: bool,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            mtu: None,
+            promiscuous: true,
+        }
+    }
+}
+
+/// Link state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Link {
+    /// Link is up.
+    pub up: bool,
+    /// Speed in Mbit/s (0 when unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// Port counters (`rte_eth_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received.
+    pub ipackets: u64,
+    /// Frames sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Frames dropped by the hardware (rx queue full).
+    pub imissed: u64,
+    /// Erroneous received frames.
+    pub ierrors: u64,
+    /// Failed transmissions.
+    pub oerrors: u64,
+    /// Receive mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// A started Ethernet port. Stopped and closed on drop.
+pub struct Port {
+    id: u16,
+    name: String,
+    devargs: String,
+    rx_queues: u16,
+    tx_queues: u16,
+    device: *mut sys::rte_device,
+    mapped: Vec<Arc<ExtMem>>,
+    /// memif only: pool for linearising chained frames before tx (see `tx_burst`).
+    linearize: Option<Mempool>,
+    lin_warned: bool,
+    _pool: Mempool,
+    _eal: Eal,
+}
+
+// SAFETY: a port's queues may be driven from any thread, one thread at a time (&mut self).
+unsafe impl Send for Port {}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// The device name part of devargs (`net_memif0,role=server` → `net_memif0`), with PCI
+/// addresses in DPDK's full `DDDD:BB:DD.F` form.
+fn device_name(devargs: &str) -> String {
+    let name = devargs.split(',').next().unwrap_or("").trim();
+    let short_pci = name.len() == 7
+        && name.as_bytes()[2] == b':'
+        && name.as_bytes()[5] == b'.'
+        && name
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+    if short_pci {
+        format!("0000:{name}")
+    } else {
+        name.to_string()
+    }
+}
+
+fn port_by_name(name: &str) -> Option<u16> {
+    let c = CString::new(name).ok()?;
+    let mut id = 0u16;
+    // SAFETY: c is a valid C string, id a valid out pointer.
+    let ret = unsafe { sys::rte_eth_dev_get_port_by_name(c.as_ptr(), &mut id) };
+    (ret == 0).then_some(id)
+}
+
+impl Port {
+    /// Finds (or hot-plugs) the port named by `devargs`, configures `cfg.rx_queues` receive
+    /// queues filled from `rx_pool` and `cfg.tx_queues` transmit queues, sets the MTU, and
+    /// starts it. Multi-segment rx/tx is enabled where the driver offers it.
+    ///
+    /// A vdev that failed its probe during EAL init (bad devargs, missing privileges) does
+    /// not exist: this returns `Error::PortNotFound` naming the devargs. memif devargs
+    /// without `bsize=` get `bsize=9216` (`MEMIF_BSIZE`) so that every frame fits one ring
+    /// buffer; use the same on both peers.
+    pub fn open(eal: &Eal, devargs: &str, rx_pool: &Mempool, cfg: &PortConfig) -> Result<Port> {
+        let name = device_name(devargs);
+        if name.is_empty() {
+            return Err(Error::PortNotFound {
+                devargs: devargs.into(),
+                reason: "empty device name".into(),
+            });
+        }
+        let is_memif = name.starts_with("net_memif");
+        // memif (DPDK 22.11) corrupts mixed-size streams whose frames span several ring
+        // buffers (stale NEXT flags on reused descriptors): make one buffer hold a jumbo frame.
+        let probe_args = if is_memif && !devargs.contains("bsize=") {
+            format!("{devargs},bsize={MEMIF_BSIZE}")
+        } else {
+            devargs.to_string()
+        };
+        let id = match port_by_name(&name) {
+            Some(id) => id,
+            None => {
+                let c = CString::new(probe_args.as_str()).map_err(|_| {
+                    Error::InvalidArgument(format!("devargs `{devargs}` contain a NUL byte"))
+                })?;
+                // SAFETY: valid C string; EAL initialised (we hold a handle).
+                let ret = unsafe { sys::rte_dev_probe(c.as_ptr()) };
+                if ret < 0 {
+                    let why = if ret == -1 {
+                        "the driver rejected the device or its arguments".to_string()
+                    } else {
+                        strerror(-ret)
+                    };
+                    return Err(Error::PortNotFound {
+                        devargs: devargs.into(),
+                        reason: format!(
+                            "probing the device failed: {why} (DPDK's log above has the \
+                             driver's reason)"
+                        ),
+                    });
+                }
+                port_by_name(&name).ok_or_else(|| Error::PortNotFound {
+                    devargs: devargs.into(),
+                    reason: format!("the device probed but created no Ethernet port `{name}`"),
+                })?
+            }
+        };
+        let mut port = Port {
+            id,
+            name,
+            devargs: devargs.into(),
+            rx_queues: 0,
+            tx_queues: 0,
+            device: std::ptr::null_mut(),
+            mapped: Vec::new(),
+            linearize: None,
+            lin_warned: false,
+            _pool: rx_pool.clone(),
+            _eal: eal.clone(),
+        };
+        if is_memif {
+            let lin = Mempool::new(eal, &format!("tigon_lin{id}"), 1023, JUMBO_DATA_ROOM)?;
+            port.linearize = Some(lin);
+        }
+        port.configure(rx_pool, cfg)?;
+        Ok(port)
+    }
+
+    fn info(&self) -> Result<sys::rte_eth_dev_info> {
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: valid port id, info is a valid out pointer.
+        let ret = unsafe { sys::rte_eth_dev_info_get(self.id, &mut info) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: device info", self.name), ret));
+        }
+        Ok(info)
+    }
+
+    fn configure(&mut self, pool: &Mempool, cfg: &PortConfig) -> Result<()> {
+        let info = self.info()?;
+        self.device = info.device;
+        if cfg.rx_queues == 0
+            || cfg.tx_queues == 0
+            || cfg.rx_queues > info.max_rx_queues
+            || cfg.tx_queues > info.max_tx_queues
+        {
+            return Err(Error::InvalidArgument(format!(
+                "port {}: {} rx / {} tx queues requested, driver allows 1..={} / 1..={}",
+                self.name, cfg.rx_queues, cfg.tx_queues, info.max_rx_queues, info.max_tx_queues
+            )));
+        }
+        let mut conf = sys::rte_eth_conf::default();
+        let scatter = sys::TIGON_ETH_RX_OFFLOAD_SCATTER;
+        let multi = sys::TIGON_ETH_TX_OFFLOAD_MULTI_SEGS;
+        conf.rxmode.offloads = info.rx_offload_capa & scatter;
+        conf.txmode.offloads = info.tx_offload_capa & multi;
+        // SAFETY: valid port, conf fully initialised.
+        let ret =
+            unsafe { sys::rte_eth_dev_configure(self.id, cfg.rx_queues, cfg.tx_queues, &conf) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: configure", self.name), ret));
+        }
+        if let Some(mtu) = cfg.mtu {
+            self.set_mtu(mtu)?;
+        }
+        let clamp = |want: u16, lim: &sys::rte_eth_desc_lim| {
+            let (lo, hi) = (lim.nb_min.max(1), lim.nb_max.max(1));
+            let mut n = want.clamp(lo, hi.max(lo));
+            if lim.nb_align > 1 {
+                n -= n % lim.nb_align;
+            }
+            n.max(lo)
+        };
+        let rx_desc = clamp(cfg.rx_desc, &info.rx_desc_lim);
+        let tx_desc = clamp(cfg.tx_desc, &info.tx_desc_lim);
+        // SAFETY: EAL initialised.
+        let socket = unsafe { sys::rte_eth_dev_socket_id(self.id) };
+        let socket = if socket < 0 { 0 } else { socket as u32 };
+        for q in 0..cfg.rx_queues {
+            // SAFETY: valid port and queue index; the pool outlives the port (we hold it).
+            let ret = unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    self.id,
+                    q,
+                    rx_desc,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            };
+            if ret != 0 {
+                return Err(Error::dpdk(
+                    format!(
+                        "port {}: rx queue {q} setup ({rx_desc} descriptors, mbufs of {} B; a \
+                         driver that needs larger receive buffers, e.g. af_packet with a \
+                         large framesz, needs a pool with a larger data room such as \
+                         JUMBO_DATA_ROOM)",
+                        self.name,
+                        pool.data_room().saturating_sub(crate::mempool::HEADROOM)
+                    ),
+                    ret,
+                ));
+            }
+        }
+        for q in 0..cfg.tx_queues {
+            // SAFETY: valid port and queue index.
+            let ret = unsafe {
+                sys::rte_eth_tx_queue_setup(self.id, q, tx_desc, socket, std::ptr::null())
+            };
+            if ret != 0 {
+                return Err(Error::dpdk(
+                    format!(
+                        "port {}: tx queue {q} setup ({tx_desc} descriptors)",
+                        self.name
+                    ),
+                    ret,
+                ));
+            }
+        }
+        if cfg.promiscuous {
+            // Not every driver supports it (memif does not need it): ignore refusals.
+            // SAFETY: valid port.
+            let _ = unsafe { sys::rte_eth_promiscuous_enable(self.id) };
+        }
+        // SAFETY: configured port.
+        let ret = unsafe { sys::rte_eth_dev_start(self.id) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: start", self.name), ret));
+        }
+        self.rx_queues = cfg.rx_queues;
+        self.tx_queues = cfg.tx_queues;
+        Ok(())
+    }
+
+    /// DPDK's port id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Device name (devargs up to the first comma).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The devargs the port was opened with.
+    pub fn devargs(&self) -> &str {
+        &self.devargs
+    }
+
+    /// Driver name (e.g. `net_memif`).
+    pub fn driver(&self) -> String {
+        match self.info() {
+            Ok(i) if !i.driver_name.is_null() => {
+                // SAFETY: DPDK's driver names are static C strings.
+                unsafe { CStr::from_ptr(i.driver_name) }
+                    .to_string_lossy()
+                    .into_owned()
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// Number of configured rx queues.
+    pub fn rx_queues(&self) -> u16 {
+        self.rx_queues
+    }
+
+    /// Number of configured tx queues.
+    pub fn tx_queues(&self) -> u16 {
+        self.tx_queues
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> Result<[u8; 6]> {
+        let mut a = sys::rte_ether_addr::default();
+        // SAFETY: valid port, valid out pointer.
+        let ret = unsafe { sys::rte_eth_macaddr_get(self.id, &mut a) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: MAC address", self.name), ret));
+        }
+        Ok(a.addr_bytes)
+    }
+
+    /// Current MTU.
+    pub fn mtu(&self) -> Result<u16> {
+        let mut mtu = 0u16;
+        // SAFETY: valid port, valid out pointer.
+        let ret = unsafe { sys::rte_eth_dev_get_mtu(self.id, &mut mtu) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: get MTU", self.name), ret));
+        }
+        Ok(mtu)
+    }
+
+    /// Largest frame the driver receives in one piece (`max_rx_pktlen`). Some drivers
+    /// (memif) still carry longer frames as chained mbufs.
+    pub fn max_rx_frame(&self) -> Result<u32> {
+        Ok(self.info()?.max_rx_pktlen)
+    }
+
+    /// Sets the MTU; `Error::Mtu` names the driver's range when it refuses.
+    pub fn set_mtu(&mut self, mtu: u16) -> Result<()> {
+        // SAFETY: valid port.
+        let ret = unsafe { sys::rte_eth_dev_set_mtu(self.id, mtu) };
+        if ret != 0 {
+            let (min, max, max_frame) = self
+                .info()
+                .map(|i| (i.min_mtu, i.max_mtu, i.max_rx_pktlen))
+                .unwrap_or((0, 0, 0));
+            return Err(Error::Mtu {
+                port: self.name.clone(),
+                requested: mtu,
+                min,
+                max,
+                max_frame,
+                message: strerror(-ret),
+            });
+        }
+        Ok(())
+    }
+
+    /// Link state, without waiting.
+    pub fn link(&self) -> Result<Link> {
+        let mut l = sys::rte_eth_link::default();
+        // SAFETY: valid port, valid out pointer.
+        let ret = unsafe { sys::rte_eth_link_get_nowait(self.id, &mut l) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: link status", self.name), ret));
+        }
+        Ok(Link {
+            up: l.link_status() != 0,
+            speed_mbps: l.link_speed,
+            full_duplex: l.link_duplex() != 0,
+        })
+    }
+
+    /// Polls the link until it is up (e.g. a memif peer connected) or `timeout` passes.
+    pub fn wait_link_up(&self, timeout: Duration) -> Result<Link> {
+        let start = Instant::now();
+        loop {
+            let l = self.link()?;
+            if l.up {
+                return Ok(l);
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::LinkDown {
+                    port: self.name.clone(),
+                    waited_ms: timeout.as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Receives up to `max` frames from `queue`, appending them to `out`; returns how many.
+    ///
+    /// # Panics
+    /// If `queue` is not a configured rx queue.
+    pub fn rx_burst(&mut self, queue: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        assert!(
+            queue < self.rx_queues,
+            "rx queue {queue} of port {} does not exist",
+            self.name
+        );
+        let max = max.min(u16::MAX as usize);
+        out.reserve(max);
+        let len = out.len();
+        // SAFETY: out has room for `max` more Mbufs (repr(transparent) over non-null
+        // rte_mbuf pointers); DPDK writes `n` valid, owned mbuf pointers there.
+        unsafe {
+            let dst = out.as_mut_ptr().add(len) as *mut *mut sys::rte_mbuf;
+            let n = sys::tigon_eth_rx_burst(self.id, queue, dst, max as u16) as usize;
+            out.set_len(len + n);
+            n
+        }
+    }
+
+    /// Offers the frames of `pkts` to `queue`, in order. Frames the driver accepted are
+    /// removed from the front of `pkts` (the driver frees them once sent); the rest stay for
+    /// the caller to retry or drop. Returns how many were accepted.
+    ///
+    /// On memif ports, chained frames are first copied into single-segment mbufs: DPDK
+    /// 22.11's memif tx leaves a stale "next" flag on reused ring descriptors when a frame
+    /// spans several, which corrupts later frames.
+    ///
+    /// # Panics
+    /// If `queue` is not a configured tx queue.
+    pub fn tx_burst(&mut self, queue: u16, pkts: &mut Vec<Mbuf>) -> usize {
+        assert!(
+            queue < self.tx_queues,
+            "tx queue {queue} of port {} does not exist",
+            self.name
+        );
+        let n = pkts.len().min(u16::MAX as usize);
+        if let Some(lin) = &self.linearize {
+            for slot in pkts.iter_mut().take(n) {
+                if slot.nb_segs() > 1 {
+                    match linearized(slot, lin) {
+                        Ok(m) => *slot = m,
+                        Err(e) if !self.lin_warned => {
+                            self.lin_warned = true;
+                            log::warn!(
+                                "port {}: sending a chained frame as is ({e}); memif may \
+                                 corrupt it",
+                                self.name
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        // SAFETY: pkts holds n owned mbufs; DPDK takes ownership of the first `sent`. Those
+        // slots are then overwritten by moving the unsent tail down, without dropping them.
+        unsafe {
+            let base = pkts.as_mut_ptr();
+            let sent =
+                sys::tigon_eth_tx_burst(self.id, queue, base as *mut *mut sys::rte_mbuf, n as u16)
+                    as usize;
+            let rest = pkts.len() - sent;
+            std::ptr::copy(base.add(sent), base, rest);
+            pkts.set_len(rest);
+            sent
+        }
+    }
+
+    /// Port counters.
+    pub fn stats(&self) -> Result<PortStats> {
+        let mut s = sys::rte_eth_stats::default();
+        // SAFETY: valid port, valid out pointer.
+        let ret = unsafe { sys::rte_eth_stats_get(self.id, &mut s) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: stats", self.name), ret));
+        }
+        Ok(PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_stats(&mut self) -> Result<()> {
+        // SAFETY: valid port.
+        let ret = unsafe { sys::rte_eth_stats_reset(self.id) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: stats reset", self.name), ret));
+        }
+        Ok(())
+    }
+
+    /// Makes `mem` reachable by this port's device (`rte_dev_dma_map`), e.g. so that it can
+    /// transmit external-buffer mbufs. The mapping lasts as long as the port.
+    pub fn dma_map(&mut self, mem: &Arc<ExtMem>) -> Result<()> {
+        for (va, iova, len) in mem.dma_chunks() {
+            // SAFETY: device is this port's device; the chunk lies in a registered region
+            // that the port keeps alive (Arc) until it unmaps it in Drop.
+            let ret = unsafe { sys::rte_dev_dma_map(self.device, va, iova, len) };
+            if ret != 0 {
+                // Drivers without a DMA map hook (most vdevs) reach memory by address.
+                let e = crate::error::rte_errno();
+                if e == libc::ENOTSUP {
+                    break;
+                }
+                return Err(Error::dpdk(format!("port {}: DMA map", self.name), ret));
+            }
+        }
+        self.mapped.push(Arc::clone(mem));
+        Ok(())
+    }
+}
+
+/// A single-segment copy of a chained frame.
+fn linearized(m: &Mbuf, pool: &Mempool) -> Result<Mbuf> {
+    let len = u16::try_from(m.len())
+        .map_err(|_| Error::InvalidArgument(format!("{}-byte frame", m.len())))?;
+    let mut out = pool.alloc()?;
+    let dst = out.append(len)?;
+    m.copy_to_slice(0, dst);
+    Ok(out)
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        for mem in std::mem::take(&mut self.mapped) {
+            for (va, iova, len) in mem.dma_chunks() {
+                // SAFETY: undoing our own rte_dev_dma_map of this chunk.
+                unsafe { sys::rte_dev_dma_unmap(self.device, va, iova, len) };
+            }
+        }
+        // SAFETY: our port; after close, its rx rings (and the mbufs in them) are released.
+        unsafe {
+            let ret = sys::rte_eth_dev_stop(self.id);
+            if ret != 0 {
+                log::debug!("port {}: stop: {}", self.name, strerror(-ret));
+            }
+            let ret = sys::rte_eth_dev_close(self.id);
+            if ret != 0 {
+                log::debug!("port {}: close: {}", self.name, strerror(-ret));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_name;
+
+    #[test]
+    fn device_names() {
+        assert_eq!(device_name("net_memif0,role=server"), "net_memif0");
+        assert_eq!(device_name("01:00.0"), "0000:01:00.0");
+        assert_eq!(device_name("0000:01:00.0,txq=2"), "0000:01:00.0");
+        assert_eq!(device_name(""), "");
+    }
+}
