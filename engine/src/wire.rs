@@ -334,10 +334,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buf.as_mut()[OVERHEAD..]
     }
-    /// Computes and stores the checksum over header and `length` payload bytes.
+    /// Computes and stores the checksum over header and `length` payload bytes (as many of
+    /// them as the buffer holds).
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
-        let len = OVERHEAD + self.length() as usize;
+        let len = (OVERHEAD + self.length() as usize).min(self.buf.as_ref().len());
         let c = checksum(&self.buf.as_ref()[..len]);
         self.set_checksum(c);
     }

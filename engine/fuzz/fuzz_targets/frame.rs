@@ -1,0 +1,18 @@
+//! Frame parsing is total: any bytes give a header or an error, never a panic, and whatever
+//! parses re-emits to the same header.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use tigon_engine::wire::{AckRepr, ConnectRepr, Frame, Repr};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(f) = Frame::new_checked(data)
+        && let Ok(r) = Repr::parse(&f)
+    {
+        let mut buf = vec![0u8; data.len().max(128)];
+        r.emit(&mut buf);
+        let again = Repr::parse(&Frame::new_unchecked(&buf[..])).expect("re-parse of an emitted header");
+        assert_eq!(again, r);
+        let _ = AckRepr::parse(f.payload());
+        let _ = ConnectRepr::parse(f.payload());
+    }
+});

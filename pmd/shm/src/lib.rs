@@ -1,0 +1,14 @@
+//! The operating-system side of tigon's client channels, kept apart from DPDK so that ranks
+//! (the MTL) can use it without linking DPDK: shared memory regions with checked atomic and
+//! byte access, single-producer single-consumer rings of 32-bit indices, file-descriptor
+//! passing with peer credentials, and copies into and out of another process's memory.
+//!
+//! Every `unsafe` block of the channel lives here, next to the check that makes it sound.
+
+pub mod region;
+pub mod remote;
+pub mod ring;
+pub mod sock;
+
+pub use region::Region;
+pub use ring::Ring;

@@ -1,0 +1,250 @@
+//! A shared memory region: a memfd mapping that two processes see at once.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// A `MAP_SHARED` mapping of a memfd. The other side may write any byte at any time, so the
+/// region hands out only atomics and copies, never references to plain bytes.
+#[derive(Debug)]
+pub struct Region {
+    addr: NonNull<u8>,
+    len: usize,
+    hugetlb: bool,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping lives as long as the Region; all access is through atomics or raw
+// copies, which are sound to perform from any thread.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+fn hugepage_size() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Hugepagesize:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+        })
+        .map_or(2 << 20, |kb| kb * 1024)
+}
+
+impl Region {
+    /// A new region of at least `len` bytes: hugetlb pages when `hugetlb` is set and the
+    /// system has them free, else ordinary shared pages.
+    pub fn create(name: &str, len: usize, hugetlb: bool) -> io::Result<Region> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
+        }
+        if hugetlb {
+            // Without free hugepages, fall back to ordinary pages.
+            if let Ok(r) = Self::create_with(name, len, true) {
+                return Ok(r);
+            }
+        }
+        Self::create_with(name, len, false)
+    }
+
+    fn create_with(name: &str, len: usize, huge: bool) -> io::Result<Region> {
+        let page = if huge { hugepage_size() } else { 4096 };
+        let len = len.div_ceil(page) * page;
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+        let flags = libc::MFD_CLOEXEC | if huge { libc::MFD_HUGETLB } else { 0 };
+        // SAFETY: memfd_create reads a valid NUL-terminated string and returns a new fd or -1.
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut r = Self::map(fd, len)?;
+        r.hugetlb = huge;
+        // hugetlbfs reserves the pages at mmap time: a shortage fails above, never as SIGBUS.
+        Ok(r)
+    }
+
+    /// Maps a region received from another process; `len` must not exceed the file's size.
+    pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<Region> {
+        // SAFETY: fstat writes into a zeroed stat buffer we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is valid and st is a valid out-pointer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (st.st_size as u64) < len as u64 || len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "region smaller than announced",
+            ));
+        }
+        Self::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> io::Result<Region> {
+        // SAFETY: a fresh shared mapping of our fd; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let addr =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Region {
+            addr,
+            len,
+            hugetlb: false,
+            fd,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn is_hugetlb(&self) -> bool {
+        self.hugetlb
+    }
+    /// The fd to pass to the other process.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+    /// Where the region is mapped in this process (for registering it with a device).
+    pub fn addr(&self) -> usize {
+        self.addr.as_ptr() as usize
+    }
+
+    fn check(&self, off: usize, len: usize, align: usize) -> io::Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len && off % align == 0 => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{len} bytes at offset {off} outside a {}-byte region (or misaligned)",
+                    self.len
+                ),
+            )),
+        }
+    }
+
+    /// The 32-bit atomic at `off` (4-byte aligned).
+    pub fn atomic_u32(&self, off: usize) -> io::Result<&AtomicU32> {
+        self.check(off, 4, 4)?;
+        // SAFETY: in bounds and aligned (checked); the mapping outlives &self; AtomicU32 has
+        // the layout of u32 and any bit pattern is valid.
+        Ok(unsafe { &*self.addr.as_ptr().add(off).cast::<AtomicU32>() })
+    }
+
+    /// The 64-bit atomic at `off` (8-byte aligned).
+    pub fn atomic_u64(&self, off: usize) -> io::Result<&AtomicU64> {
+        self.check(off, 8, 8)?;
+        // SAFETY: as for atomic_u32.
+        Ok(unsafe { &*self.addr.as_ptr().add(off).cast::<AtomicU64>() })
+    }
+
+    /// Copies `out.len()` bytes at `off` out of the region.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> io::Result<()> {
+        self.check(off, out.len(), 1)?;
+        // SAFETY: the source range is inside the mapping (checked) and cannot overlap `out`,
+        // which is memory of this process outside the mapping. Bytes the other side writes
+        // concurrently may be torn; callers validate what they read.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr.as_ptr().add(off), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `off`.
+    pub fn write(&self, off: usize, src: &[u8]) -> io::Result<()> {
+        self.check(off, src.len(), 1)?;
+        // SAFETY: the destination range is inside the mapping (checked) and distinct from `src`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.addr.as_ptr().add(off), src.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `len` bytes within the region, `from` → `to` (ranges may not overlap).
+    pub fn copy_within(&self, from: usize, to: usize, len: usize) -> io::Result<()> {
+        self.check(from, len, 1)?;
+        self.check(to, len, 1)?;
+        if from < to + len && to < from + len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "overlapping copy",
+            ));
+        }
+        // SAFETY: both ranges are inside the mapping and do not overlap (checked).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.addr.as_ptr().add(from),
+                self.addr.as_ptr().add(to),
+                len,
+            )
+        };
+        Ok(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping we created; no references outlive self.
+        unsafe { libc::munmap(self.addr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_between_two_mappings() {
+        let a = Region::create("t", 10_000, false).unwrap();
+        let fd = a.fd().try_clone().unwrap();
+        let b = Region::from_fd(fd, a.len()).unwrap();
+        a.write(100, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        b.read(100, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        a.atomic_u32(8)
+            .unwrap()
+            .store(7, std::sync::atomic::Ordering::Release);
+        assert_eq!(
+            b.atomic_u32(8)
+                .unwrap()
+                .load(std::sync::atomic::Ordering::Acquire),
+            7
+        );
+    }
+
+    #[test]
+    fn out_of_bounds_and_misaligned_refused() {
+        let a = Region::create("t", 4096, false).unwrap();
+        assert!(a.write(4095, b"ab").is_err());
+        assert!(a.read(usize::MAX, &mut [0u8; 2]).is_err());
+        assert!(a.atomic_u32(2).is_err());
+        assert!(a.atomic_u64(4096).is_err());
+        let fd = a.fd().try_clone().unwrap();
+        assert!(
+            Region::from_fd(fd, 1 << 20).is_err(),
+            "larger than the file"
+        );
+    }
+}
