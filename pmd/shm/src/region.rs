@@ -133,7 +133,7 @@ impl Region {
 
     fn check(&self, off: usize, len: usize, align: usize) -> io::Result<()> {
         match off.checked_add(len) {
-            Some(end) if end <= self.len && off % align == 0 => Ok(()),
+            Some(end) if end <= self.len && off.is_multiple_of(align) => Ok(()),
             _ => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(

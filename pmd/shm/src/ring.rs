@@ -38,7 +38,7 @@ impl Ring {
 
     /// A ring at `off` in `region`; both sides must agree on `off` and `cap`.
     pub fn new(region: Arc<Region>, off: usize, cap: u32) -> io::Result<Ring> {
-        if !cap.is_power_of_two() || off % LINE != 0 {
+        if !cap.is_power_of_two() || !off.is_multiple_of(LINE) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "ring: capacity must be a power of two, offset line-aligned",
