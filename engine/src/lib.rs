@@ -8,6 +8,7 @@
 //! in blocks, several outstanding.
 
 pub mod addr;
+pub mod channel;
 pub mod config;
 pub mod copy;
 mod engine;
