@@ -19,6 +19,13 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmarks (`tigon bench engine`, ...).
     Bench(bench::BenchArgs),
+    /// One end of a checked frame stream over a DPDK port (used by `demo`; see
+    /// `tigon frames --help`).
+    #[command(hide = true)]
+    Frames {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
 }
 
 fn main() {
@@ -27,6 +34,7 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Frames { args } => tigon_pmd::frames::cli_main(&args),
     };
     if let Err(e) = res {
         eprintln!("tigon: {e}");

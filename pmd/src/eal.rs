@@ -56,6 +56,7 @@ pub struct EalBuilder {
     vdevs: Vec<String>,
     iova_mode: Option<IovaMode>,
     no_pci: bool,
+    telemetry: bool,
     log_level: Option<String>,
     extra: Vec<String>,
 }
@@ -93,7 +94,7 @@ impl EalBuilder {
     }
 
     /// EAL `--in-memory`: no files under the hugetlbfs mount or /var/run/dpdk, so a killed
-    /// process leaves nothing behind.
+    /// process leaves nothing behind (`--no-shconf` when running with `--no-huge`).
     pub fn in_memory(mut self, yes: bool) -> Self {
         self.in_memory = yes;
         self
@@ -122,6 +123,13 @@ impl EalBuilder {
     /// EAL `--no-pci`: skip the PCI scan (tests and vdev-only processes).
     pub fn no_pci(mut self, yes: bool) -> Self {
         self.no_pci = yes;
+        self
+    }
+
+    /// Keep DPDK's telemetry socket (`/var/run/dpdk/<prefix>/dpdk_telemetry.v2`). Default:
+    /// off (`--no-telemetry`), so that a killed process leaves no socket behind.
+    pub fn telemetry(mut self, yes: bool) -> Self {
+        self.telemetry = yes;
         self
     }
 
@@ -170,15 +178,20 @@ impl EalBuilder {
             if let Some(d) = &self.huge_dir {
                 a.push(format!("--huge-dir={}", d.display()));
             }
+            if self.in_memory {
+                a.push("--in-memory".into());
+            }
         } else {
             a.push("--no-huge".into());
             // DPDK's --no-huge default of 64 MiB is too small for jumbo pools.
             if self.memory_mb.is_none() {
                 a.push(format!("-m{NO_HUGE_DEFAULT_MB}"));
             }
-        }
-        if self.in_memory {
-            a.push("--in-memory".into());
+            // --no-huge (legacy memory) rejects --in-memory; without hugepage files, what
+            // remains of it is "no shared config files".
+            if self.in_memory {
+                a.push("--no-shconf".into());
+            }
         }
         if let Some(m) = self.memory_mb {
             a.push(format!("-m{m}"));
@@ -193,6 +206,9 @@ impl EalBuilder {
         }
         if self.no_pci {
             a.push("--no-pci".into());
+        }
+        if !self.telemetry {
+            a.push("--no-telemetry".into());
         }
         a.push(format!(
             "--log-level={}",
@@ -257,11 +273,20 @@ impl EalBuilder {
         }
         // SAFETY: the EAL is initialised.
         let iova_va = unsafe { sys::rte_eal_iova_mode() } == sys::RTE_IOVA_VA;
+        // SAFETY: returns a pointer to a static NUL-terminated path.
+        let run_dir = unsafe { std::ffi::CStr::from_ptr(sys::rte_eal_get_runtime_dir()) };
+        let run_dir = PathBuf::from(run_dir.to_string_lossy().into_owned());
+        if self.in_memory && !self.telemetry {
+            // DPDK creates /var/run/dpdk/<prefix> even when it keeps nothing there: remove it
+            // now (only if empty) so that runs do not accumulate directories.
+            let _ = std::fs::remove_dir(&run_dir);
+        }
         let no_huge = args.iter().any(|a| a == "--no-huge");
         let inner = Arc::new(Inner {
             args,
             no_huge,
             iova: if iova_va { IovaMode::Va } else { IovaMode::Pa },
+            run_dir,
         });
         if let Ok(mut cur) = CURRENT.lock() {
             *cur = Some(Arc::downgrade(&inner));
@@ -357,6 +382,7 @@ struct Inner {
     args: Vec<String>,
     no_huge: bool,
     iova: IovaMode,
+    run_dir: PathBuf,
 }
 
 impl Drop for Inner {
@@ -367,6 +393,8 @@ impl Drop for Inner {
         if ret != 0 {
             log::warn!("rte_eal_cleanup failed: {}", strerror(-ret));
         }
+        // Our prefix's runtime directory, if DPDK left it empty.
+        let _ = std::fs::remove_dir(&self.run_dir);
     }
 }
 

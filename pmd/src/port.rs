@@ -165,10 +165,12 @@ impl Port {
                 // SAFETY: valid C string; EAL initialised (we hold a handle).
                 let ret = unsafe { sys::rte_dev_probe(c.as_ptr()) };
                 if ret < 0 {
-                    let why = if ret == -1 {
-                        "the driver rejected the device or its arguments".to_string()
-                    } else {
-                        strerror(-ret)
+                    let why = match -ret {
+                        1 => "the driver rejected the device or its arguments".to_string(),
+                        libc::EFAULT | libc::ENODEV => {
+                            format!("no bus or driver knows a device named `{name}`")
+                        }
+                        e => strerror(e),
                     };
                     return Err(Error::PortNotFound {
                         devargs: devargs.into(),
@@ -379,6 +381,10 @@ impl Port {
 
     /// Sets the MTU; `Error::Mtu` names the driver's range when it refuses.
     pub fn set_mtu(&mut self, mtu: u16) -> Result<()> {
+        // Drivers without an MTU hook (memif) refuse even their current MTU.
+        if self.mtu().ok() == Some(mtu) {
+            return Ok(());
+        }
         // SAFETY: valid port.
         let ret = unsafe { sys::rte_eth_dev_set_mtu(self.id, mtu) };
         if ret != 0 {

@@ -1,0 +1,57 @@
+# tigon: `make test` and `make demo` set the machine up (scripts/setup.sh: apt packages, Rust,
+# cargo-nextest, hugepages or the --no-huge fallback), build, and run.
+SHELL := /bin/bash
+CARGO ?= cargo
+JOBS ?= 2
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+# Runs scripts/setup.sh and imports its environment (PATH, TIGON_NO_HUGE) into the recipe.
+SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
+
+.PHONY: help test demo setup build release nextest clippy fmt fmt-check doc-test clean-netns
+
+help:
+	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
+	@echo "make demo   - set up, build release, run 'tigon demo' (memif and af_packet frame rates)"
+	@echo "make setup  - only the machine set-up (idempotent)"
+	@echo "make build | release | nextest | clippy | fmt | fmt-check | doc-test | clean-netns"
+
+setup:
+	@$(SETUP) && echo "setup done$${TIGON_NO_HUGE:+ (TIGON_NO_HUGE=$$TIGON_NO_HUGE)}"
+
+test:
+	@$(SETUP) && \
+	$(CARGO) nextest run --workspace --cargo-quiet --build-jobs $(JOBS) && \
+	$(CARGO) test -j$(JOBS) --workspace --doc -q && \
+	$(CARGO) clippy -j$(JOBS) --workspace --all-targets -q -- -D warnings && \
+	$(CARGO) fmt --all --check && \
+	echo "make test: all tests, clippy and rustfmt passed"
+
+demo:
+	@$(SETUP) && \
+	$(CARGO) build -j$(JOBS) --release -q -p tigon && \
+	"$(CARGO_TARGET_DIR)/release/tigon" demo
+
+build:
+	$(CARGO) build -j$(JOBS) --workspace --all-targets
+
+release:
+	$(CARGO) build -j$(JOBS) --release --workspace
+
+nextest:
+	$(CARGO) nextest run --workspace --build-jobs $(JOBS)
+
+doc-test:
+	$(CARGO) test -j$(JOBS) --workspace --doc
+
+clippy:
+	$(CARGO) clippy -j$(JOBS) --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all --check
+
+# Removes network namespaces left by an interrupted test or demo (names tgA*/tgB*).
+clean-netns:
+	@for ns in $$(ip netns list | awk '/^tg[AB]/ {print $$1}'); do ip netns del "$$ns" && echo "deleted netns $$ns"; done

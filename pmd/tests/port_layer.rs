@@ -1,0 +1,295 @@
+//! The port layer against real DPDK vdevs (net_ring, net_null, net_memif): mbufs and
+//! chains, external buffers, ports, statistics, MTU, and the errors a user gets for bad
+//! input. All tests share one EAL (DPDK initialises once per process), so this file is
+//! correct both under nextest (one process per test) and plain `cargo test` (threads).
+
+use std::sync::{Arc, OnceLock};
+
+use tigon_pmd::{
+    DEFAULT_DATA_ROOM, Eal, Error, ExtMem, Hugepages, Mbuf, Mempool, Port, PortConfig,
+    check_hugepages,
+};
+
+/// A vdev whose probe fails during EAL init (no such interface): init still succeeds.
+const BROKEN_VDEV: &str = "net_af_packet7,iface=tigon-nosuch0";
+
+fn eal() -> Eal {
+    static EAL: OnceLock<Eal> = OnceLock::new();
+    EAL.get_or_init(|| {
+        Eal::builder()
+            .file_prefix(format!("tt-port-{}", std::process::id()))
+            .in_memory(true)
+            .no_pci(true)
+            .vdev(BROKEN_VDEV)
+            .log_level("warning")
+            .init()
+            .expect("EAL init")
+    })
+    .clone()
+}
+
+fn pool(name: &str, n: u32) -> Mempool {
+    Mempool::new(&eal(), name, n, DEFAULT_DATA_ROOM).expect("mempool")
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn frame(pool: &Mempool, bytes: &[u8]) -> Mbuf {
+    let mut m = pool.alloc().expect("alloc");
+    m.extend_from_slice(pool, bytes).expect("extend");
+    m
+}
+
+#[test]
+fn second_eal_init_is_an_error() {
+    let _eal = eal();
+    let err = Eal::builder()
+        .in_memory(true)
+        .init()
+        .expect_err("second init");
+    assert!(matches!(err, Error::EalAlreadyInitialized), "{err:?}");
+    assert!(err.to_string().contains("only once per process"));
+    assert!(Eal::current().is_some());
+}
+
+#[test]
+fn missing_hugepage_mount_is_reported_with_the_fix() {
+    let dir = std::env::temp_dir().join(format!("tigon-not-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let err = check_hugepages(Some(&dir)).expect_err("a tmp dir is no hugetlbfs");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(matches!(err, Error::Hugepages(_)));
+    assert!(msg.contains("not a hugetlbfs mount"), "{msg}");
+    assert!(msg.contains("mount -t hugetlbfs"), "{msg}");
+    assert!(msg.contains("--no-huge"), "{msg}");
+    // The builder refuses before touching DPDK (so it cannot consume the one init).
+    let err = Eal::builder()
+        .hugepages(Hugepages::Required)
+        .huge_dir(&dir)
+        .init()
+        .expect_err("builder must refuse");
+    assert!(matches!(err, Error::Hugepages(_)), "{err:?}");
+    // Explicitly without hugepages there is nothing to check.
+    let args = Eal::builder()
+        .hugepages(Hugepages::Off)
+        .eal_args()
+        .expect("args");
+    assert!(args.iter().any(|a| a == "--no-huge"));
+    let _ = std::fs::remove_dir(&dir);
+}
+
+#[test]
+fn wrong_devargs_are_reported_with_the_devargs() {
+    let eal = eal();
+    let p = pool("bad_devargs", 255);
+    let cfg = PortConfig::default();
+    for devargs in [
+        "net_nosuchdriver0,foo=bar",
+        "net_memif5,role=emperor",
+        BROKEN_VDEV,
+        "net_af_packet7",
+        "",
+    ] {
+        let err = Port::open(&eal, devargs, &p, &cfg).expect_err(devargs);
+        let msg = err.to_string();
+        println!("{devargs:?}: {msg}");
+        assert!(matches!(err, Error::PortNotFound { .. }), "{err:?}");
+        assert!(msg.contains(&format!("`{devargs}`")), "{msg}");
+    }
+}
+
+#[test]
+fn exhausted_pool_is_an_error_not_a_crash() {
+    let p = pool("tiny", 63);
+    let mut held = Vec::new();
+    for _ in 0..63 {
+        held.push(p.alloc().expect("pool has 63 mbufs"));
+    }
+    let err = p.alloc().expect_err("64th alloc");
+    println!("{err}");
+    assert!(
+        matches!(err, Error::PoolExhausted { size: 63, .. }),
+        "{err:?}"
+    );
+    let mut bulk = Vec::new();
+    assert!(p.alloc_bulk(2, &mut bulk).is_err());
+    assert!(bulk.is_empty());
+    // A frame that needs more segments than the pool has left fails cleanly too.
+    held.pop();
+    let mut m = p.alloc().expect("one mbuf back");
+    assert!(matches!(
+        m.extend_from_slice(&p, &pattern(5000, 1)),
+        Err(Error::PoolExhausted { .. })
+    ));
+    drop(m);
+    drop(held);
+    assert_eq!(p.in_use(), 0);
+    assert_eq!(p.available(), 63);
+}
+
+#[test]
+fn mbuf_chains_clones_and_frees() {
+    let p = pool("chains", 255);
+    let bytes = pattern(9000, 3);
+    let mut m = frame(&p, &bytes);
+    assert_eq!(m.len(), 9000);
+    assert!(m.nb_segs() >= 5, "9000 B in 2 KiB mbufs is a chain");
+    assert_eq!(m.to_vec(), bytes);
+    assert_eq!(m.segments().map(<[u8]>::len).sum::<usize>(), 9000);
+    let mut part = vec![0u8; 3000];
+    assert_eq!(m.copy_to_slice(1500, &mut part), 3000);
+    assert_eq!(part, bytes[1500..4500]);
+
+    // Clone shares every segment; mutation is refused while shared; both frees are fine.
+    let in_use = p.in_use();
+    let c = m.try_clone().expect("clone");
+    assert_eq!(m.refcnt(), 2);
+    assert!(!m.is_unique());
+    assert!(matches!(m.append(1), Err(Error::Shared)));
+    assert!(matches!(m.data_mut(), Err(Error::Shared)));
+    assert_eq!(p.in_use(), in_use, "a clone allocates nothing");
+    drop(c);
+    assert!(m.is_unique());
+    m.data_mut().expect("unique again")[0] = 0xAB;
+
+    // prepend / adj / trim / chain.
+    m.prepend(14).expect("headroom").fill(0x11);
+    assert_eq!(m.len(), 9014);
+    m.adj(14).expect("adj");
+    // The last 2 KiB segment holds 9000 - 4 * 2048 = 808 bytes: trim works within it.
+    assert!(m.trim(1000).is_err());
+    m.trim(800).expect("trim");
+    assert_eq!(m.len(), 8200);
+    let tail = frame(&p, &pattern(100, 9));
+    m.chain(tail).expect("chain");
+    assert_eq!(m.len(), 8300);
+    assert_eq!(m.to_vec()[8200..], pattern(100, 9)[..]);
+    drop(m);
+    assert_eq!(p.in_use(), 0, "every segment went back to the pool");
+}
+
+#[test]
+fn ring_port_loopback_carries_chained_and_external_frames() {
+    let eal = eal();
+    let p = pool("ring_rx", 1023);
+    let mut port = Port::open(&eal, "net_ring3", &p, &PortConfig::default()).expect("net_ring");
+    assert_eq!(port.driver(), "net_ring");
+    let link = port.link().expect("link");
+    assert!(link.up, "{link:?}");
+    println!("net_ring3: mac {:02x?}, {link:?}", port.mac().expect("mac"));
+
+    // External memory: frames straight from a registered region.
+    let mem = ExtMem::new(&eal, 1 << 20).expect("extmem");
+    port.dma_map(&mem).expect("dma map");
+    let ext_bytes = pattern(1400, 5);
+    mem.write_at(4096, &ext_bytes).expect("write");
+    let ext = p.alloc_extbuf(&mem, 4096, 1400).expect("extbuf mbuf");
+    assert!(ext.is_external());
+    assert_eq!(ext.to_vec(), ext_bytes);
+    assert!(
+        Arc::strong_count(&mem) >= 3,
+        "the mbuf keeps the region alive"
+    );
+
+    let frames: Vec<Vec<u8>> = vec![pattern(60, 1), pattern(1500, 2), pattern(9000, 3)];
+    let mut tx: Vec<Mbuf> = frames.iter().map(|f| frame(&p, f)).collect();
+    tx.push(ext);
+    let n = tx.len();
+    assert_eq!(port.tx_burst(0, &mut tx), n);
+    assert!(tx.is_empty());
+    let mut rx = Vec::new();
+    assert_eq!(port.rx_burst(0, &mut rx, 32), n);
+    for (m, want) in rx.iter().zip(frames.iter().chain([&ext_bytes])) {
+        assert_eq!(&m.to_vec(), want);
+    }
+    drop(rx);
+    // The last mbuf on the external buffer is gone: its reference to the region too.
+    assert_eq!(Arc::strong_count(&mem), 2, "port mapping + ours");
+    let st = port.stats().expect("stats");
+    println!("{st:?}");
+    assert_eq!(st.opackets, n as u64);
+    assert_eq!(st.ipackets, n as u64);
+    port.reset_stats().expect("reset");
+    drop(port);
+    assert_eq!(Arc::strong_count(&mem), 1);
+    assert_eq!(p.in_use(), 0);
+}
+
+#[test]
+fn null_port_probes_sends_and_receives() {
+    let eal = eal();
+    let p = pool("null_rx", 1023);
+    let mut port = Port::open(&eal, "net_null4", &p, &PortConfig::default()).expect("net_null");
+    let mut tx = vec![frame(&p, &pattern(64, 0)), frame(&p, &pattern(3000, 0))];
+    assert_eq!(port.tx_burst(0, &mut tx), 2);
+    let mut rx = Vec::new();
+    assert!(
+        port.rx_burst(0, &mut rx, 8) > 0,
+        "net_null always has frames"
+    );
+    drop(rx);
+    assert!(port.stats().expect("stats").opackets >= 2);
+}
+
+#[test]
+fn memif_takes_mtu_1500_and_refuses_9000_with_a_clear_error() {
+    let eal = eal();
+    let p = pool("memif_mtu", 1023);
+    let sock = format!("/tmp/tigon-mtu-{}.sock", std::process::id());
+    let devargs = format!("net_memif6,role=server,socket={sock}");
+    let mut port = Port::open(
+        &eal,
+        &devargs,
+        &p,
+        &PortConfig {
+            mtu: Some(1500),
+            ..Default::default()
+        },
+    )
+    .expect("memif with MTU 1500");
+    assert_eq!(port.mtu().expect("mtu"), 1500);
+    assert!(!port.link().expect("link").up, "no peer yet");
+    let err = port.set_mtu(9000).expect_err("memif refuses 9000");
+    println!("{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Mtu {
+                requested: 9000,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("bsize"));
+    drop(port);
+    let _ = std::fs::remove_file(&sock);
+}
+
+#[test]
+fn external_memory_on_ordinary_pages_carries_frames() {
+    let eal = eal();
+    let p = pool("ext_small", 255);
+    let mem = ExtMem::with_hugepages(&eal, 10_000, false).expect("4 KiB-page region");
+    assert_eq!(mem.page_size(), 4096);
+    assert_eq!(mem.len(), 12_288, "rounded up to whole pages");
+    assert!(mem.iova(0).is_some());
+    // A frame spanning a page boundary.
+    let bytes = pattern(3000, 7);
+    mem.write_at(3000, &bytes).expect("write");
+    let mut port = Port::open(&eal, "net_ring8", &p, &PortConfig::default()).expect("net_ring");
+    port.dma_map(&mem).expect("dma map");
+    let mut tx = vec![p.alloc_extbuf(&mem, 3000, 3000).expect("extbuf")];
+    assert_eq!(port.tx_burst(0, &mut tx), 1);
+    let mut rx = Vec::new();
+    assert_eq!(port.rx_burst(0, &mut rx, 4), 1);
+    assert_eq!(rx[0].to_vec(), bytes);
+    // Out-of-range attachments are refused.
+    assert!(p.alloc_extbuf(&mem, 12_000, 1000).is_err());
+    assert!(mem.write_at(12_000, &[0; 1000]).is_err());
+}
