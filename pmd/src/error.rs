@@ -39,7 +39,8 @@ pub enum Error {
     DmaNotFound { name: String, reason: String },
     /// The mempool has no free mbuf.
     PoolExhausted { pool: String, size: u32 },
-    /// A mutation was attempted on an mbuf whose segments are shared (refcount > 1).
+    /// A mutation was attempted on an mbuf whose segments are shared (refcount > 1), or a
+    /// write into a segment of external memory.
     Shared,
     /// The link did not come up in time.
     LinkDown { port: String, waited_ms: u64 },
@@ -153,8 +154,8 @@ impl fmt::Display for Error {
             ),
             Error::Shared => write!(
                 f,
-                "mbuf is shared (refcount > 1): it cannot be modified until the other \
-                 references are dropped"
+                "mbuf is shared (refcount > 1) or its bytes are external memory: it cannot be \
+                 modified in place (drop the other references, or write the region itself)"
             ),
             Error::LinkDown { port, waited_ms } => write!(
                 f,

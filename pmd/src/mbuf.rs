@@ -4,7 +4,10 @@
 //! them (`rte_pktmbuf_free`). There is no `Clone`: [`Mbuf::try_clone`] adds a reference to
 //! every segment (no copy), so both handles can be freed independently and the segments go
 //! back to the pool after the last one. While shared, the data is read-only: the mutating
-//! methods return [`Error::Shared`].
+//! methods return [`Error::Shared`]. Bytes in external memory (see `attach_extbuf`) are never
+//! written through an mbuf either (the region is shared memory that others may map):
+//! `data_mut` / `append` / `prepend` refuse such a segment, and `extend_from_slice` starts a
+//! new segment after it.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -181,7 +184,7 @@ impl Mbuf {
 
     /// The first segment's data, writable (only when unique).
     pub fn data_mut(&mut self) -> Result<&mut [u8]> {
-        if !self.is_unique() {
+        if !self.is_unique() || seg_external(self.ptr.as_ptr()) {
             return Err(Error::Shared);
         }
         let s = self.ptr.as_ptr();
@@ -239,10 +242,11 @@ impl Mbuf {
     /// Grows the last segment by `len` bytes and returns them (uninitialised contents are
     /// whatever the buffer held). Fails if the tailroom is short or the mbuf is shared.
     pub fn append(&mut self, len: u16) -> Result<&mut [u8]> {
-        if !self.is_unique() {
+        if !self.is_unique() || seg_external(self.last_seg()) {
             return Err(Error::Shared);
         }
-        // SAFETY: unique chain; append touches only the last segment and the head's pkt_len.
+        // SAFETY: unique chain whose last segment is pool memory; append touches only that
+        // segment and the head's pkt_len.
         let p = unsafe { sys::tigon_pktmbuf_append(self.ptr.as_ptr(), len) };
         if p.is_null() {
             return Err(Error::InvalidArgument(format!(
@@ -261,7 +265,11 @@ impl Mbuf {
             return Err(Error::Shared);
         }
         while !bytes.is_empty() {
-            let room = self.tailroom() as usize;
+            let room = if seg_external(self.last_seg()) {
+                0
+            } else {
+                self.tailroom() as usize
+            };
             if room == 0 {
                 let seg = pool.alloc()?;
                 self.chain(seg)?;
@@ -277,7 +285,7 @@ impl Mbuf {
 
     /// Grows the first segment at the front by `len` bytes (into the headroom).
     pub fn prepend(&mut self, len: u16) -> Result<&mut [u8]> {
-        if !self.is_unique() {
+        if !self.is_unique() || seg_external(self.ptr.as_ptr()) {
             return Err(Error::Shared);
         }
         // SAFETY: unique chain; prepend touches the head segment only.
@@ -324,10 +332,13 @@ impl Mbuf {
         Ok(())
     }
 
-    /// Appends the segments of `tail` to this frame. On failure (too many segments, or a
-    /// shared frame) `tail` is freed.
+    /// Appends the segments of `tail` to this frame (e.g. a header mbuf followed by an
+    /// external-buffer payload). On failure (too many segments, or either frame shared)
+    /// `tail` is freed.
     pub fn chain(&mut self, tail: Mbuf) -> Result<()> {
-        if !self.is_unique() {
+        // Chaining rewrites both chains' metadata (next pointers, lengths): no other handle
+        // may see either.
+        if !self.is_unique() || !tail.is_unique() {
             return Err(Error::Shared);
         }
         // SAFETY: both chains are valid; on success the head takes over tail's references.
@@ -409,6 +420,11 @@ unsafe extern "C" fn ext_free(_addr: *mut c_void, opaque: *mut c_void) {
         // SAFETY: opaque is the Box<ExtRef> leaked in attach_extbuf; DPDK calls this once.
         drop(unsafe { Box::from_raw(opaque as *mut ExtRef) });
     }
+}
+
+fn seg_external(s: *mut sys::rte_mbuf) -> bool {
+    // SAFETY: s is a valid segment.
+    unsafe { sys::tigon_mbuf_ol_flags(s) & sys::TIGON_MBUF_F_EXTERNAL != 0 }
 }
 
 fn seg_slice<'a>(s: *mut sys::rte_mbuf) -> &'a [u8] {

@@ -293,3 +293,35 @@ fn external_memory_on_ordinary_pages_carries_frames() {
     assert!(p.alloc_extbuf(&mem, 12_000, 1000).is_err());
     assert!(mem.write_at(12_000, &[0; 1000]).is_err());
 }
+
+#[test]
+fn header_mbuf_chained_to_an_external_payload() {
+    let eal = eal();
+    let p = pool("ext_chain", 255);
+    let mem = ExtMem::new(&eal, 1 << 16).expect("region");
+    let payload = pattern(5000, 4);
+    mem.write_at(0, &payload).expect("write");
+    let mut ext = p.alloc_extbuf(&mem, 0, 5000).expect("extbuf");
+    // The shared-memory bytes are not writable through the mbuf.
+    assert!(matches!(ext.data_mut(), Err(Error::Shared)));
+    assert!(matches!(ext.append(1), Err(Error::Shared)));
+    let mut hdr = frame(&p, &[0xAA; 14]);
+    hdr.chain(ext).expect("header + payload");
+    assert_eq!(hdr.len(), 5014);
+    assert_eq!(hdr.nb_segs(), 2);
+    // Appending after an external segment starts a fresh pool segment.
+    hdr.extend_from_slice(&p, &[0xBB; 100]).expect("trailer");
+    assert_eq!(hdr.nb_segs(), 3);
+    let all = hdr.to_vec();
+    assert_eq!(all[..14], [0xAA; 14]);
+    assert_eq!(all[14..5014], payload[..]);
+    assert_eq!(all[5014..], [0xBB; 100]);
+    // A shared tail cannot be chained (its other handle would see foreign metadata).
+    let t = frame(&p, &[1, 2, 3]);
+    let t2 = t.try_clone().expect("clone");
+    assert!(matches!(hdr.chain(t), Err(Error::Shared)));
+    drop(t2);
+    drop(hdr);
+    assert_eq!(Arc::strong_count(&mem), 1);
+    assert_eq!(p.in_use(), 0);
+}
