@@ -447,7 +447,7 @@ pub fn receive(port: &mut Port, opts: &RecvOpts) -> Result<RecvReport> {
 
 const USAGE: &str = "usage: tigon-frames send|recv --dev DEVARGS [--lcore N] [--prefix P] \
     [--count N] [--min B] [--max B] [--seed S] [--data-room B] [--tx-data-room B] [--pool N] \
-    [--mtu M] [--no-huge] [--timeout SECS]";
+    [--mtu M] [--no-huge] [--timeout SECS] [--idle SECS]";
 
 /// `tigon-frames` (and `tigon frames`): one end of a checked frame stream. The receiver
 /// prints `READY` once its port is started and a `RESULT ...` line at the end; the sender
@@ -459,7 +459,7 @@ pub fn cli_main(args: &[String]) -> std::result::Result<(), String> {
     let (mut count, mut min, mut max, mut seed) = (100_000u64, 60usize, 9000usize, 1u64);
     let (mut data_room, mut pool_size, mut mtu) = (DEFAULT_DATA_ROOM, 8191u32, None);
     let mut tx_data_room = None;
-    let (mut no_huge, mut timeout) = (false, 60u64);
+    let (mut no_huge, mut timeout, mut idle) = (false, 60u64, 10u64);
     while let Some(a) = it.next() {
         let mut val = || {
             it.next()
@@ -480,6 +480,7 @@ pub fn cli_main(args: &[String]) -> std::result::Result<(), String> {
             "--pool" => pool_size = val()?.parse().map_err(bad)?,
             "--mtu" => mtu = Some(val()?.parse().map_err(bad)?),
             "--timeout" => timeout = val()?.parse().map_err(bad)?,
+            "--idle" => idle = val()?.parse().map_err(bad)?,
             "--no-huge" => no_huge = true,
             _ => return Err(format!("unknown argument `{a}`\n{USAGE}")),
         }
@@ -518,7 +519,7 @@ pub fn cli_main(args: &[String]) -> std::result::Result<(), String> {
                     count,
                     seed,
                     start_timeout: Duration::from_secs(timeout),
-                    idle_timeout: Duration::from_secs(2),
+                    idle_timeout: Duration::from_secs(idle),
                 },
             )
             .map_err(|e| e.to_string())?;

@@ -126,6 +126,43 @@ impl VethPair {
     }
 }
 
+/// Kernel counters of a veth pair, read from sysfs inside the namespaces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VethCounters {
+    /// Frames `a` transmitted.
+    pub a_tx_packets: u64,
+    /// Frames `a` dropped on transmit.
+    pub a_tx_dropped: u64,
+    /// Frames that reached `b`.
+    pub b_rx_packets: u64,
+    /// Frames `b` dropped on receive.
+    pub b_rx_dropped: u64,
+}
+
+fn counter(ns: &str, ifc: &str, name: &str) -> u64 {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "cat"])
+        .arg(format!("/sys/class/net/{ifc}/statistics/{name}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(0)
+}
+
+impl VethPair {
+    /// The kernel's counters for the `a` → `b` direction (0 where unreadable).
+    pub fn counters(&self) -> VethCounters {
+        VethCounters {
+            a_tx_packets: counter(self.ns_a.name(), &self.a, "tx_packets"),
+            a_tx_dropped: counter(self.ns_a.name(), &self.a, "tx_dropped"),
+            b_rx_packets: counter(self.ns_b.name(), &self.b, "rx_packets"),
+            b_rx_dropped: counter(self.ns_b.name(), &self.b, "rx_dropped"),
+        }
+    }
+}
+
 impl Drop for VethPair {
     fn drop(&mut self) {
         // Deleting one end deletes both; the namespaces go right after (field drop order).
