@@ -294,8 +294,8 @@ pub struct RecvReport {
     pub bytes: u64,
     /// Time from the first to the last data frame.
     pub secs: f64,
-    /// The port's count of frames it had to drop (`imissed`: e.g. af_packet's kernel ring
-    /// was full).
+    /// The port's `imissed` counter (frames the driver knows it dropped; DPDK 22.11's
+    /// af_packet does not count its socket ring's overflows here).
     pub imissed: u64,
 }
 
