@@ -11,6 +11,8 @@
 //! - [`frames`]: the checked frame stream used by the fabric tests and `tigon demo`;
 //!   [`testbed`]: network namespaces, veth pairs and two-process runs for them.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod dma;
 mod eal;
 mod error;
