@@ -24,7 +24,9 @@ mod port;
 pub mod testbed;
 
 pub use dma::{Completed, DmaDev, DmaStats, DmaStatus};
-pub use eal::{Eal, EalBuilder, Hugepages, IovaMode, NO_HUGE_ENV, check_hugepages};
+pub use eal::{
+    Eal, EalBuilder, Hugepages, IovaMode, NO_HUGE_DEFAULT_MB, NO_HUGE_ENV, check_hugepages,
+};
 pub use error::{Error, Result};
 pub use extmem::ExtMem;
 pub use mbuf::Mbuf;
