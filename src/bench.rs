@@ -31,7 +31,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             }
             let r = engine::run(mtu, scale);
             println!("{}", engine::render(&r));
-            let p = report::save_json(&report::out_dir(), "engine", &r).map_err(|e| format!("saving results: {e}"))?;
+            let p = report::save_json(&report::out_dir(), "engine", &r)
+                .map_err(|e| format!("saving results: {e}"))?;
             println!("json: {}", p.display());
             Ok(())
         }

@@ -2,8 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
+mod agent;
 mod bench;
 mod demo;
+mod peer;
 
 #[derive(Parser)]
 #[command(name = "tigon", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TIGON_GIT_REV"), ")"))]
@@ -15,6 +17,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run a node agent: the engine core serving this node's ranks.
+    Agent(agent::AgentArgs),
+    /// Print an agent's counters as JSON.
+    Stats {
+        /// The agent's control socket (default: $TIGON_SOCKET or /run/tigon/agent.sock).
+        #[arg(long)]
+        socket: Option<std::path::PathBuf>,
+    },
+    /// A test client of an agent (ping-pong, exchange, fault drills).
+    #[command(hide = true)]
+    Peer(peer::PeerArgs),
     /// Port-level demo: frames over a memif pair and over af_packet on a veth pair.
     Demo(demo::DemoArgs),
     /// Benchmarks (`tigon bench engine`, ...).
@@ -32,6 +45,13 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let res = match cli.cmd {
+        Cmd::Agent(a) => agent::run(a),
+        Cmd::Stats { socket } => {
+            let path = socket.unwrap_or_else(tigon_client::default_socket);
+            tigon_client::agent_stats(&path)
+                .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()))
+        }
+        Cmd::Peer(a) => peer::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Frames { args } => tigon_pmd::frames::cli_main(&args),

@@ -38,9 +38,9 @@ impl Default for Config {
         Config {
             max_frame: 1514,
             rndv_threshold: 32 * 1024,
-            pull_block: 64 * 1024,
+            pull_block: 128 * 1024,
             pull_outstanding: 4,
-            window: 256,
+            window: 1024,
             eager_credit: 4 << 20,
             unexpected_bytes: 256 << 20,
             unexpected_count: 1 << 16,

@@ -70,6 +70,17 @@ impl ReqId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MessageHandle(u64);
 
+impl MessageHandle {
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+    /// A handle from its number (as it crossed a channel); unknown numbers are refused by
+    /// [`Engine::imrecv`].
+    pub fn from_u64(v: u64) -> Self {
+        MessageHandle(v)
+    }
+}
+
 /// MPI send modes that change the protocol. Ready and buffered sends are standard sends here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendMode {
@@ -288,6 +299,8 @@ struct Peer<F> {
     in_eager: Option<InEager>,
     pulls: HashMap<u32, ReqId>,
     resend: VecDeque<u32>,
+    /// Doublings of the retransmit timeout since the cumulative ack last moved.
+    rto_backoff: u32,
     connect_ack_owed: bool,
     last_rx: u64,
 }
@@ -328,6 +341,7 @@ impl<F> Peer<F> {
             in_eager: None,
             pulls: HashMap::new(),
             resend: VecDeque::new(),
+            rto_backoff: 0,
             connect_ack_owed: false,
             last_rx: 0,
         }
@@ -357,6 +371,9 @@ fn seq_lt(a: u32, b: u32) -> bool {
 fn eager_cost(len: u64) -> u32 {
     len as u32 + RTS_COST
 }
+
+/// Frames resent when the retransmit timer fires.
+const RTO_BURST: usize = 8;
 
 /// Credit an unexpected message's header costs (all an RTS costs): bounds the store's count.
 const RTS_COST: u32 = 64;
@@ -899,13 +916,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Receives a message taken by [`Engine::improbe`] into `buf`.
-    pub fn imrecv(&mut self, msg: MessageHandle, buf: BufRef) -> Result<ReqId, Error> {
+    /// Only the endpoint that probed the message may receive it.
+    pub fn imrecv(&mut self, ep: u16, msg: MessageHandle, buf: BufRef) -> Result<ReqId, Error> {
+        match self.mprobed.get(&msg.0).and_then(|u| self.unex.get(u)) {
+            Some(x) if x.ep == ep => {}
+            _ => return Err(Error::Invalid("message handle")),
+        }
         let u = self
             .mprobed
             .remove(&msg.0)
             .ok_or(Error::Invalid("message handle"))?;
         let x = self.unex.get(&u).ok_or(Error::Invalid("message handle"))?;
-        let ep = x.ep;
         let spec = MatchSpec::exact(x.info.match_bits);
         let id = self.alloc_req(Req {
             ep,
@@ -1343,6 +1364,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 break;
             }
             let d = peer.unacked.pop_front().expect("front");
+            peer.rto_backoff = 0;
             if !d.acked {
                 done.push(d);
             }
@@ -2085,9 +2107,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.mark_active(p);
             }
             let peer = &mut self.peers[p];
-            let rto = peer.rtt.rto(&self.cfg);
+            // On a timeout only the oldest few frames go again (a scheduling hiccup or one
+            // lost ack must not resend a whole window), and the timeout doubles until the
+            // cumulative ack moves; holes further on are filled by selective acks.
+            let wait =
+                (peer.rtt.rto(&self.cfg) << peer.rto_backoff.min(16)).min(self.cfg.rto_max_ns);
             let mut dead = false;
             let mut any = false;
+            let mut fired = 0;
             for d in peer.unacked.iter() {
                 if d.acked {
                     continue;
@@ -2096,11 +2123,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     dead = true;
                     break;
                 }
-                let wait = (rto << d.retries.min(16)).min(self.cfg.rto_max_ns);
-                if now.saturating_sub(d.last_sent) >= wait && !peer.resend.contains(&d.seq) {
+                if fired < RTO_BURST
+                    && now.saturating_sub(d.last_sent) >= wait
+                    && !peer.resend.contains(&d.seq)
+                {
                     peer.resend.push_back(d.seq);
-                    any = true;
+                    fired += 1;
                 }
+            }
+            if fired > 0 {
+                peer.rto_backoff += 1;
+                self.stats.rto_events += 1;
+                any = true;
             }
             // Operations waiting on a peer that has gone quiet: make it answer, so a dead or
             // restarted peer is noticed (by the deadline, or by its reset).

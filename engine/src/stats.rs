@@ -11,6 +11,8 @@ pub struct Stats {
     pub tx_bytes: u64,
     pub acks_sent: u64,
     pub retransmits: u64,
+    /// Retransmit timer expiries (each resends a few of the oldest frames).
+    pub rto_events: u64,
     pub rx_duplicates: u64,
     pub rx_out_of_order: u64,
     /// In-order frames refused because the unexpected store was full.

@@ -235,14 +235,14 @@ fn mprobe_then_mrecv_takes_that_message() {
     assert_eq!(info2.len, 200_000);
     // Receive them in the opposite order.
     let b2 = w.mem(1).insert(vec![0; 200_000]);
-    let r2 = w.nodes[1].eng.imrecv(h2, b2).unwrap();
+    let r2 = w.nodes[1].eng.imrecv(0, h2, b2).unwrap();
     let b1 = w.mem(1).insert(vec![0; 8]);
-    let r1 = w.nodes[1].eng.imrecv(h1, b1).unwrap();
+    let r1 = w.nodes[1].eng.imrecv(0, h1, b1).unwrap();
     wait_all(&mut w, 1, &[r1, r2]);
     assert_eq!(&w.mem(1).get(&b1).unwrap()[..5], b"first");
     assert_eq!(w.mem(1).get(&b2).unwrap(), &pattern(1, 2, 200_000));
     assert!(
-        w.nodes[1].eng.imrecv(h1, b1).is_err(),
+        w.nodes[1].eng.imrecv(0, h1, b1).is_err(),
         "a handle is good once"
     );
 }

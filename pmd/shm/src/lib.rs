@@ -8,6 +8,7 @@
 pub mod region;
 pub mod remote;
 pub mod ring;
+pub mod signals;
 pub mod sock;
 
 pub use region::Region;

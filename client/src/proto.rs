@@ -1,0 +1,36 @@
+//! The control-socket messages between a client and its agent: one JSON object per line.
+
+use serde::{Deserialize, Serialize};
+
+/// Client → agent.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Create my channel and endpoint; the reply carries the channel's memfd.
+    Attach { version: u32 },
+    /// The agent's counters as JSON.
+    Stats,
+}
+
+/// Agent → client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Attached {
+        /// The endpoint's address, as it travels through the modex.
+        address: String,
+        region_len: u64,
+        agent_pid: i32,
+        /// Messages up to this size go eagerly (the agent's rendezvous threshold).
+        eager_limit: u64,
+    },
+    Stats {
+        stats: serde_json::Value,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// Protocol version of the attach handshake and channel layout.
+pub const VERSION: u32 = tigon_engine::channel::VERSION;

@@ -1,0 +1,36 @@
+//! SIGINT / SIGTERM as a flag the agent's loops poll.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static TERM: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    TERM.store(true, Ordering::SeqCst);
+}
+
+/// Installs handlers for SIGINT and SIGTERM that set the flag [`terminating`] reads.
+pub fn install() -> std::io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction with a handler that only stores to an atomic.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = on_term as *const () as usize;
+        // SAFETY: sa is fully initialised; sigemptyset on its mask.
+        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+        // SAFETY: installing a valid handler for a catchable signal.
+        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether SIGINT or SIGTERM arrived.
+pub fn terminating() -> bool {
+    TERM.load(Ordering::SeqCst)
+}
+
+/// Sets the flag as a signal would (for shutdown paths that are not signals).
+pub fn request_termination() {
+    TERM.store(true, Ordering::SeqCst);
+}

@@ -1,0 +1,202 @@
+//! The control thread: accepts clients on the Unix socket, checks their credentials, creates
+//! their channel and passes it over, answers stats requests, and notices clients that die
+//! (their end of the socket closes) so the engine reclaims what they held.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+use tigon_client::proto::{Reply, Request, VERSION};
+use tigon_engine::channel::{Channel, Geometry};
+use tigon_shm::Region;
+
+/// What the control thread asks of the engine thread.
+pub enum Cmd {
+    Attach {
+        ch: Channel,
+        pid: i32,
+        reply: Sender<Result<(u32, String), String>>,
+    },
+    Detach {
+        slot: u32,
+    },
+    Stats {
+        reply: Sender<serde_json::Value>,
+    },
+}
+
+pub struct Control {
+    pub listener: UnixListener,
+    pub allow_uids: Vec<u32>,
+    pub geometry: Geometry,
+    pub eager_limit: u64,
+    pub hugetlb: bool,
+    pub cmds: Sender<Cmd>,
+    /// Slots the engine disconnected (garbage): their sockets are closed here.
+    pub evicted: Receiver<u32>,
+}
+
+fn send_line(s: &UnixStream, r: &Reply) {
+    let mut line = serde_json::to_vec(r).expect("serialize");
+    line.push(b'\n');
+    let _ = (&*s).write_all(&line);
+}
+
+impl Control {
+    /// Runs until `stop()` says so; then drops every client socket (clients see EOF).
+    pub fn run(self, stop: impl Fn() -> bool) {
+        let _ = self.listener.set_nonblocking(true);
+        let mut clients: HashMap<u32, UnixStream> = HashMap::new();
+        while !stop() {
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    if let Some((slot, s)) = self.handle(s) {
+                        clients.insert(slot, s);
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => log::warn!("accept: {e}"),
+            }
+            // A client's socket reading EOF means the process is gone (or dropped us).
+            let mut gone = Vec::new();
+            for (&slot, s) in &clients {
+                let mut b = [0u8; 64];
+                match (&*s).read(&mut b) {
+                    Ok(0) => gone.push(slot),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => gone.push(slot),
+                }
+            }
+            for slot in gone {
+                clients.remove(&slot);
+                let _ = self.cmds.send(Cmd::Detach { slot });
+            }
+            while let Ok(slot) = self.evicted.try_recv() {
+                clients.remove(&slot);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn handle(&self, s: UnixStream) -> Option<(u32, UnixStream)> {
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let cred = match tigon_shm::sock::peer_cred(&s) {
+            Ok(c) => c,
+            Err(e) => {
+                send_line(
+                    &s,
+                    &Reply::Error {
+                        message: format!("cannot read peer credentials: {e}"),
+                    },
+                );
+                return None;
+            }
+        };
+        let mut line = String::new();
+        if BufReader::new(&s).read_line(&mut line).is_err() {
+            return None;
+        }
+        let req: Request = match serde_json::from_str(line.trim()) {
+            Ok(r) => r,
+            Err(e) => {
+                send_line(
+                    &s,
+                    &Reply::Error {
+                        message: format!("bad request: {e}"),
+                    },
+                );
+                return None;
+            }
+        };
+        match req {
+            Request::Stats => {
+                let (tx, rx) = mpsc::channel();
+                let _ = self.cmds.send(Cmd::Stats { reply: tx });
+                let stats = rx
+                    .recv_timeout(Duration::from_secs(2))
+                    .unwrap_or(serde_json::json!({"error": "engine busy"}));
+                send_line(&s, &Reply::Stats { stats });
+                None
+            }
+            Request::Attach { version } => {
+                if version != VERSION {
+                    send_line(
+                        &s,
+                        &Reply::Error {
+                            message: format!(
+                                "client speaks version {version}, agent {VERSION}: rebuild one of them"
+                            ),
+                        },
+                    );
+                    return None;
+                }
+                if !self.allow_uids.contains(&cred.uid) {
+                    log::warn!(
+                        "refused client pid {} uid {}: not in --allow-uid",
+                        cred.pid,
+                        cred.uid
+                    );
+                    send_line(
+                        &s,
+                        &Reply::Error {
+                            message: format!(
+                                "uid {} is not allowed to use this agent (see --allow-uid)",
+                                cred.uid
+                            ),
+                        },
+                    );
+                    return None;
+                }
+                match self.attach(&s, cred.pid) {
+                    Ok(slot) => {
+                        let _ = s.set_nonblocking(true);
+                        Some((slot, s))
+                    }
+                    Err(message) => {
+                        send_line(&s, &Reply::Error { message });
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn attach(&self, s: &UnixStream, pid: i32) -> Result<u32, String> {
+        let len = self.geometry.len();
+        let region = Region::create(&format!("tigon-ch-{pid}"), len, self.hugetlb)
+            .map_err(|e| format!("channel memory: {e}"))?;
+        let ch = Channel::init(
+            Arc::new(region),
+            self.geometry,
+            std::process::id(),
+            pid as u32,
+        )
+        .map_err(|e| e.to_string())?;
+        let region = ch.region.clone();
+        let (tx, rx) = mpsc::channel();
+        self.cmds
+            .send(Cmd::Attach { ch, pid, reply: tx })
+            .map_err(|_| "the engine is shutting down".to_string())?;
+        let (slot, address) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "the engine did not answer".to_string())??;
+        let reply = Reply::Attached {
+            address,
+            region_len: region.len() as u64,
+            agent_pid: std::process::id() as i32,
+            eager_limit: self.eager_limit,
+        };
+        let mut line = serde_json::to_vec(&reply).expect("serialize");
+        line.push(b'\n');
+        if let Err(e) = tigon_shm::sock::send_with_fd(s, &line, region.fd()) {
+            let _ = self.cmds.send(Cmd::Detach { slot });
+            return Err(format!("passing the channel: {e}"));
+        }
+        Ok(slot)
+    }
+}

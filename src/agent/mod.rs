@@ -1,0 +1,391 @@
+//! `tigon agent`: the node agent. A DPDK primary process whose main lcore runs the engine's
+//! poll loop (rx burst → demux → protocol → tx burst → timers → copy completions, then the
+//! clients' rings), while a control thread attaches clients and serves stats.
+
+mod control;
+mod copy;
+mod link;
+mod memory;
+mod serve;
+
+use clap::Args;
+use control::{Cmd, Control};
+use serde::Deserialize;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tigon_engine::channel::{Geometry, STATE_SHUTDOWN};
+use tigon_engine::{Config, Engine, MacAddr};
+use tigon_pmd::{
+    DEFAULT_DATA_ROOM, DmaDev, Eal, ExtMem, Hugepages, IovaMode, JUMBO_DATA_ROOM, Mempool, Port,
+    PortConfig,
+};
+
+#[derive(Args, Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AgentArgs {
+    /// The NIC: a PCI address, or a vdev such as `net_memif0,role=server,socket=/run/x.sock`,
+    /// `net_af_packet0,iface=eth1`, `net_af_xdp0,iface=eth1`.
+    #[arg(long)]
+    pub port: Option<String>,
+    /// The lcore (CPU) the engine's poll loop owns.
+    #[arg(long)]
+    pub lcore: Option<u32>,
+    /// Control socket clients attach to.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// MTU of the port: 1500 or 9000.
+    #[arg(long)]
+    pub mtu: Option<u16>,
+    /// A dmadev for copy offload, e.g. `dma_skeleton0` (ioat / idxd PCI addresses on real nodes).
+    #[arg(long)]
+    pub dma: Option<String>,
+    /// Received payloads at least this long go through the dmadev (default from `tigon bench dma`).
+    #[arg(long)]
+    pub dma_threshold: Option<usize>,
+    /// When there is no work: `spin` (busy-poll, for a dedicated core) or `yield` (shared machines).
+    #[arg(long)]
+    pub idle: Option<String>,
+    /// Uids allowed to attach (comma-separated); default: the agent's own uid.
+    #[arg(long, value_delimiter = ',')]
+    pub allow_uid: Option<Vec<u32>>,
+    /// Messages longer than this go by rendezvous (bytes).
+    #[arg(long)]
+    pub rndv_threshold: Option<usize>,
+    /// An unreachable peer fails operations after this long (milliseconds).
+    #[arg(long)]
+    pub peer_timeout_ms: Option<u64>,
+    /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1).
+    #[arg(long)]
+    pub no_huge: Option<bool>,
+    /// Extra EAL arguments, passed through.
+    #[arg(long, allow_hyphen_values = true)]
+    pub eal: Option<Vec<String>>,
+    /// A JSON file with any of these options (command-line options win).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+impl AgentArgs {
+    fn merge(mut self) -> Result<AgentArgs, String> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let f: AgentArgs =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        macro_rules! fill {
+            ($($f:ident),*) => { $( if self.$f.is_none() { self.$f = f.$f; } )* };
+        }
+        fill!(
+            port,
+            lcore,
+            socket,
+            mtu,
+            dma,
+            dma_threshold,
+            idle,
+            allow_uid,
+            rndv_threshold,
+            peer_timeout_ms,
+            no_huge,
+            eal
+        );
+        Ok(self)
+    }
+}
+
+/// A file prefix unique to this agent (several agents may share a machine).
+fn file_prefix(socket: &Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in socket.as_os_str().as_encoded_bytes() {
+        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    format!("tigon-{:012x}", h & 0xffff_ffff_ffff)
+}
+
+fn bind(socket: &Path) -> Result<UnixListener, String> {
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    if socket.exists() {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Err(format!("an agent is already serving {}", socket.display()));
+        }
+        let _ = std::fs::remove_file(socket);
+    }
+    UnixListener::bind(socket).map_err(|e| format!("binding {}: {e}", socket.display()))
+}
+
+pub fn run(args: AgentArgs) -> Result<(), String> {
+    let a = args.merge()?;
+    let devargs = a
+        .port
+        .clone()
+        .ok_or("--port is required (a PCI address or a vdev's devargs)")?;
+    let socket = a
+        .socket
+        .clone()
+        .unwrap_or_else(tigon_client::default_socket);
+    let mtu = a.mtu.unwrap_or(1500);
+    if mtu != 1500 && mtu != 9000 {
+        return Err(format!("--mtu {mtu}: use 1500 or 9000"));
+    }
+    let spin = match a.idle.as_deref().unwrap_or("spin") {
+        "spin" => true,
+        "yield" => false,
+        o => return Err(format!("--idle {o}: use spin or yield")),
+    };
+    let allow = a.allow_uid.clone().unwrap_or_else(|| {
+        vec![
+            std::fs::metadata("/proc/self")
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+                .unwrap_or(0),
+        ]
+    });
+    let no_huge = a.no_huge.unwrap_or(false)
+        || std::env::var_os(tigon_pmd::NO_HUGE_ENV).is_some_and(|v| v == "1");
+    let mut cfg = Config {
+        max_frame: mtu as usize + 14,
+        ..Config::default()
+    };
+    if let Some(t) = a.rndv_threshold {
+        cfg.rndv_threshold = t;
+    }
+    if !spin {
+        // Sharing cores means being descheduled for a tick now and then: do not mistake
+        // that for loss.
+        cfg.rto_min_ns = cfg.rto_min_ns.max(1_000_000);
+    }
+    if let Some(ms) = a.peer_timeout_ms {
+        cfg.peer_timeout_ns = ms * 1_000_000;
+    }
+    cfg.validate()?;
+    let geometry = Geometry {
+        n_desc: 4096,
+        n_data: 256,
+        data_size: cfg.rndv_threshold.max(16 * 1024) as u32,
+    };
+
+    tigon_shm::signals::install().map_err(|e| format!("signal handlers: {e}"))?;
+    // The control thread starts before DPDK pins this thread to the engine's lcore.
+    let listener = bind(&socket)?;
+    let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
+    let (evict_tx, evict_rx) = mpsc::channel::<u32>();
+    let control = Control {
+        listener,
+        allow_uids: allow.clone(),
+        geometry,
+        eager_limit: cfg.rndv_threshold as u64,
+        hugetlb: !no_huge,
+        cmds: cmd_tx,
+        evicted: evict_rx,
+    };
+    let control = std::thread::Builder::new()
+        .name("tigon-control".into())
+        .spawn(move || control.run(tigon_shm::signals::terminating))
+        .map_err(|e| e.to_string())?;
+
+    let result = engine_main(
+        &a, &devargs, &socket, mtu, spin, cfg, no_huge, cmd_rx, evict_tx,
+    );
+    tigon_shm::signals::request_termination();
+    let _ = control.join();
+    let _ = std::fs::remove_file(&socket);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn engine_main(
+    a: &AgentArgs,
+    devargs: &str,
+    socket: &Path,
+    mtu: u16,
+    spin: bool,
+    cfg: Config,
+    no_huge: bool,
+    cmds: mpsc::Receiver<Cmd>,
+    evicted: mpsc::Sender<u32>,
+) -> Result<(), String> {
+    let lcore = a.lcore.unwrap_or(0);
+    let mut b = Eal::builder()
+        .lcores(lcore.to_string())
+        .main_lcore(lcore)
+        .file_prefix(file_prefix(socket))
+        .in_memory(true)
+        .hugepages(if no_huge {
+            Hugepages::Off
+        } else {
+            Hugepages::Auto
+        })
+        .log_level("*:warning");
+    if a.dma.is_some() {
+        b = b.iova_mode(IovaMode::Va);
+    }
+    // A vdev port needs no PCI scan (which would also grab the host's own NIC).
+    let pci = |d: &str| d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_");
+    if !pci(devargs) && !a.dma.as_deref().is_some_and(pci) {
+        b = b.no_pci(true);
+    }
+    if let Some(d) = &a.dma
+        && !d.contains(':')
+    {
+        b = b.vdev(d.clone());
+    }
+    if let Some(extra) = &a.eal {
+        b = b.args(extra.clone());
+    }
+    let eal = b.init().map_err(|e| format!("DPDK initialisation: {e}"))?;
+    let room = if mtu > 1500 {
+        JUMBO_DATA_ROOM
+    } else {
+        DEFAULT_DATA_ROOM
+    };
+    let rx_pool = Mempool::new(&eal, "tigon_rx", 8191, room).map_err(|e| e.to_string())?;
+    let tx_pool = Mempool::new(&eal, "tigon_tx", 8191, room).map_err(|e| e.to_string())?;
+    let port = Port::open(
+        &eal,
+        devargs,
+        &rx_pool,
+        &PortConfig {
+            mtu: Some(mtu),
+            ..PortConfig::default()
+        },
+    )
+    .map_err(|e| format!("port `{devargs}`: {e}"))?;
+    let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
+    let dma = match &a.dma {
+        Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
+        None => None,
+    };
+    let max_frame = mtu as usize + 14;
+    let mut link = link::PortLink::new(port, tx_pool, mac, max_frame);
+    let copy = copy::AgentCopy::new(dma, a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD));
+    let mut eng = Engine::new(cfg, mac, max_frame, copy)?;
+    let mut served = serve::Served::default();
+    log::info!(
+        "tigon agent: port {devargs} ({mac}), mtu {mtu}, lcore {lcore}, socket {}, dma {}, idle {}",
+        socket.display(),
+        a.dma.as_deref().unwrap_or("none"),
+        if spin { "spin" } else { "yield" }
+    );
+    let t0 = Instant::now();
+    let mut last_beat = Instant::now();
+    let mut idle_rounds = 0u32;
+    let mut loops = 0u32;
+    let mut shutdown_at: Option<Instant> = None;
+    loop {
+        let now = t0.elapsed().as_nanos() as u64;
+        let mut work = eng.poll(&mut link, now);
+        work += served.requests(&mut eng, 32);
+        work += served.completions(&mut eng);
+        for (slot, _) in served.evicted.drain(..) {
+            let _ = evicted.send(slot);
+        }
+        loops = loops.wrapping_add(1);
+        if work == 0 || loops.is_multiple_of(64) {
+            while let Ok(c) = cmds.try_recv() {
+                work += 1;
+                match c {
+                    Cmd::Attach { ch, pid, reply } => {
+                        let ext = register(&eal, &ch);
+                        let r = served
+                            .attach(&mut eng, ch, pid, ext)
+                            .map(|(s, addr)| (s, addr.to_string()));
+                        let _ = reply.send(r);
+                    }
+                    Cmd::Detach { slot } => served.detach(&mut eng, slot),
+                    Cmd::Stats { reply } => {
+                        let _ = reply.send(stats_json(&eng, &served, &link));
+                    }
+                }
+            }
+        }
+        if last_beat.elapsed() >= Duration::from_millis(50) {
+            last_beat = Instant::now();
+            served.beat();
+        }
+        if tigon_shm::signals::terminating() && shutdown_at.is_none() {
+            log::info!("tigon agent: shutting down");
+            served.set_state(STATE_SHUTDOWN);
+            shutdown_at = Some(Instant::now());
+        }
+        // Drain: give acknowledgements in flight a moment, then leave.
+        if let Some(t) = shutdown_at
+            && (t.elapsed() >= Duration::from_millis(200)
+                || eng.pending_ops() == 0 && t.elapsed() >= Duration::from_millis(20))
+        {
+            break;
+        }
+        if work == 0 {
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if !spin {
+                if idle_rounds > 1000 {
+                    std::thread::sleep(Duration::from_micros(50));
+                } else {
+                    std::thread::yield_now();
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        } else {
+            idle_rounds = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Below this many bytes a CPU copy beats a dmadev round trip (see `tigon bench dma`).
+pub const DEFAULT_DMA_THRESHOLD: usize = 4096;
+
+/// Registers a client's channel with DPDK so the dmadev can write its data buffers.
+fn register(eal: &Eal, ch: &tigon_engine::channel::Channel) -> Option<std::sync::Arc<ExtMem>> {
+    let fd = ch.region.fd().try_clone().ok()?;
+    let page = if ch.region.is_hugetlb() {
+        2 << 20
+    } else {
+        4096
+    };
+    match ExtMem::from_fd(eal, fd, ch.region.len(), page) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            log::warn!("channel not registered with DPDK ({e}); CPU copies only for this client");
+            None
+        }
+    }
+}
+
+fn stats_json(
+    eng: &Engine<link::PortLink, copy::AgentCopy>,
+    served: &serve::Served,
+    link: &link::PortLink,
+) -> serde_json::Value {
+    let s = &eng.stats;
+    let c = eng.copy_engine();
+    let port = link.port.stats().ok();
+    serde_json::json!({
+        "clients": served.client_count(),
+        "serve": served.stats,
+        "peers": s.peers,
+        "frames": { "rx": s.rx_frames, "tx": s.tx_frames, "tx_bytes": s.tx_bytes, "acks_sent": s.acks_sent },
+        "retransmits": s.retransmits,
+        "drops": {
+            "checksum": s.drop_checksum, "truncated": s.drop_truncated, "malformed": s.drop_malformed,
+            "foreign": s.drop_foreign, "not_ours": s.drop_not_ours, "no_endpoint": s.drop_no_endpoint,
+            "stale_session": s.drop_stale, "unknown_message": s.drop_unknown_msg, "duplicates": s.rx_duplicates,
+        },
+        "ring_full": served.stats.ring_full,
+        "copies": { "dma_bytes": c.clients.dma_bytes, "cpu_bytes": c.clients.cpu_bytes, "direct_bytes": c.clients.direct_bytes, "dma_errors": c.dma_errors },
+        "messages": {
+            "sends": s.sends_completed, "recvs": s.recvs_completed, "failed": s.ops_failed, "eager": s.eager_sent,
+            "rendezvous": s.rndv_sent, "unexpected": s.unexpected, "unexpected_bytes_peak": s.unexpected_bytes_peak,
+            "credit_stalls": s.credit_stalls,
+        },
+        "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts },
+        "link": link.stats,
+        "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
+    })
+}
