@@ -149,6 +149,8 @@ enum Pending {
 
 struct Slot {
     generation: u32,
+    /// Completion goes to the ready queue under this context instead of waiting for `test`.
+    ctx: Option<u64>,
     what: Option<Pending>,
     done: Option<Result<Done>>,
 }
@@ -161,6 +163,7 @@ struct Inner {
     slots: Vec<Slot>,
     dead: Option<String>,
     last_check: Instant,
+    ready: std::collections::VecDeque<(u64, Result<Done>)>,
 }
 
 /// A rank's attachment to its node agent.
@@ -227,6 +230,7 @@ impl Client {
                 slots: (0..geo.n_desc)
                     .map(|_| Slot {
                         generation: 0,
+                        ctx: None,
                         what: None,
                         done: None,
                     })
@@ -235,6 +239,7 @@ impl Client {
                 sock,
                 dead: None,
                 last_check: Instant::now(),
+                ready: std::collections::VecDeque::new(),
             }),
             addr,
             eager_limit,
@@ -534,6 +539,34 @@ impl Client {
         Ok(())
     }
 
+    /// From now on, `r`'s completion is delivered by [`Client::drain`] with `ctx` instead of
+    /// by `test` / `wait` (for callers that track requests themselves, like the MTL).
+    pub fn notify(&self, r: Req, ctx: u64) -> Result<()> {
+        let mut g = self.lock();
+        let slot = g.slots.get_mut(r.idx as usize).ok_or(Error::BadRequest)?;
+        if slot.generation != r.generation || slot.what.is_none() {
+            return Err(Error::BadRequest);
+        }
+        match slot.done.take() {
+            Some(d) => {
+                slot.what = None;
+                g.free_desc.push(r.idx);
+                g.ready.push_back((ctx, d));
+            }
+            None => slot.ctx = Some(ctx),
+        }
+        Ok(())
+    }
+
+    /// Progresses and moves every finished notified request into `out`; returns how many.
+    pub fn drain(&self, out: &mut Vec<(u64, Result<Done>)>) -> usize {
+        let mut g = self.lock();
+        g.progress();
+        let n = g.ready.len();
+        out.extend(g.ready.drain(..));
+        n
+    }
+
     /// Operations not yet finished.
     pub fn pending(&self) -> usize {
         self.lock()
@@ -616,6 +649,7 @@ impl Inner {
         slot.generation = slot.generation.wrapping_add(1);
         slot.what = Some(what);
         slot.done = None;
+        slot.ctx = None;
         let generation = slot.generation;
         if d.op != Op::Cancel as u8 {
             d.user = generation as u64;
@@ -657,9 +691,17 @@ impl Inner {
         if self.dead.is_some() {
             return;
         }
-        for s in self.slots.iter_mut() {
+        for (i, s) in self.slots.iter_mut().enumerate() {
             if s.what.is_some() && s.done.is_none() {
-                s.done = Some(Err(Error::AgentGone(why.clone())));
+                let e = Err(Error::AgentGone(why.clone()));
+                match s.ctx {
+                    Some(c) => {
+                        s.what = None;
+                        self.ready.push_back((c, e));
+                        self.free_desc.push(i as u32);
+                    }
+                    None => s.done = Some(e),
+                }
             }
         }
         self.dead = Some(why);
@@ -784,8 +826,13 @@ impl Inner {
             }
         };
         let slot = &mut self.slots[idx as usize];
-        slot.what = Some(Pending::Probe); // keeps the slot pending until `take`
-        slot.done = Some(result);
+        if let Some(ctx) = slot.ctx {
+            self.free_desc.push(idx);
+            self.ready.push_back((ctx, result));
+        } else {
+            slot.what = Some(Pending::Probe); // keeps the slot pending until `take`
+            slot.done = Some(result);
+        }
         Ok(())
     }
 }
