@@ -5,7 +5,9 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod bench;
 mod demo;
+mod fabric;
 mod peer;
+mod run;
 
 #[derive(Parser)]
 #[command(name = "tigon", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TIGON_GIT_REV"), ")"))]
@@ -19,6 +21,8 @@ struct Cli {
 enum Cmd {
     /// Run a node agent: the engine core serving this node's ranks.
     Agent(agent::AgentArgs),
+    /// Run an MPI program over emulated nodes on this machine, with the tigon MTL.
+    Run(run::RunArgs),
     /// Print an agent's counters as JSON.
     Stats {
         /// The agent's control socket (default: $TIGON_SOCKET or /run/tigon/agent.sock).
@@ -43,9 +47,22 @@ enum Cmd {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let cli = Cli::parse();
+    // mpirun users type `-np N`; clap's short options are one letter.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "run") {
+        for a in args.iter_mut().take_while(|a| *a != "--") {
+            if a == "-np" {
+                *a = "--np".into();
+            }
+        }
+    }
+    let cli = Cli::parse_from(args);
     let res = match cli.cmd {
         Cmd::Agent(a) => agent::run(a),
+        Cmd::Run(a) => match run::run(a) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Cmd::Stats { socket } => {
             let path = socket.unwrap_or_else(tigon_client::default_socket);
             tigon_client::agent_stats(&path)

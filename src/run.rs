@@ -1,0 +1,127 @@
+//! `tigon run`: an MPI job over emulated nodes on this machine, with the tigon MTL selected.
+
+use crate::fabric::{Cluster, ClusterOpts, FabricKind, OMPI_COMPONENT_DIR, mtl_dir};
+use clap::Args;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Emulated nodes (one agent each).
+    #[arg(long, default_value_t = 2)]
+    pub nodes: usize,
+    /// How the nodes are linked.
+    #[arg(long, value_enum, default_value_t = FabricKind::Memif)]
+    pub fabric: FabricKind,
+    /// Percent of frames dropped at each node's ingress (veth only).
+    #[arg(long, default_value_t = 0)]
+    pub loss: u32,
+    /// Agents offload receive copies to a dmadev (dma_skeleton).
+    #[arg(long)]
+    pub dma: bool,
+    /// MTU of the fabric (1500 or 9000).
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u16,
+    /// MPI ranks, spread over the nodes in blocks.
+    #[arg(long = "np", short = 'n', default_value_t = 2)]
+    pub np: usize,
+    /// Extra `mpirun` options (repeatable), e.g. --mpirun-arg=--tag-output.
+    #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
+    pub mpirun_args: Vec<String>,
+    /// Extra agent options (repeatable).
+    #[arg(long = "agent-arg", allow_hyphen_values = true)]
+    pub agent_args: Vec<String>,
+    /// The MPI program and its arguments.
+    #[arg(last = true, required = true)]
+    pub program: Vec<String>,
+}
+
+/// Ranks of node `i` when `np` ranks are spread over `nodes` in blocks.
+pub fn ranks_on(i: usize, np: usize, nodes: usize) -> usize {
+    np / nodes + usize::from(i < np % nodes)
+}
+
+/// The `mpirun` command running `program` with the MTL over `cluster`.
+pub fn mpirun_command(
+    cluster: &Cluster,
+    np: usize,
+    extra: &[String],
+    program: &[String],
+) -> Result<Command, String> {
+    let dir = mtl_dir().ok_or(
+        "mca_mtl_tigon.so not found (build it with `make build`, or set TIGON_MTL_DIR to the directory holding it)",
+    )?;
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .args(["--mca", "pml", "cm", "--mca", "mtl", "tigon"])
+    .args(["--mca", "mca_base_component_path"])
+    .arg(format!("{}:{OMPI_COMPONENT_DIR}", dir.display()))
+    .args(["--mca", "mpi_yield_when_idle", "1"])
+    .args(extra);
+    let n = cluster.nodes.len();
+    let mut first = true;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let k = ranks_on(i, np, n);
+        if k == 0 {
+            continue;
+        }
+        if !first {
+            cmd.arg(":");
+        }
+        first = false;
+        cmd.args(["-np", &k.to_string(), "-x"])
+            .arg(format!("TIGON_SOCKET={}", node.socket.display()));
+        cmd.args(program);
+    }
+    Ok(cmd)
+}
+
+pub fn run(a: RunArgs) -> Result<i32, String> {
+    if a.np == 0 {
+        return Err("-np must be at least 1".into());
+    }
+    tigon_shm::signals::install().map_err(|e| e.to_string())?;
+    let opts = ClusterOpts {
+        nodes: a.nodes,
+        fabric: a.fabric,
+        loss: a.loss,
+        dma: a.dma,
+        mtu: a.mtu,
+        agent_args: a.agent_args.clone(),
+    };
+    let cluster = Cluster::start(&opts)?;
+    let mut cmd = mpirun_command(&cluster, a.np, &a.mpirun_args, &a.program)?;
+    log::debug!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting mpirun: {e} (install openmpi-bin)"))?;
+    // Wait for the job; on Ctrl-C / SIGTERM give mpirun a moment to stop its ranks, then kill.
+    let mut stop_at: Option<Instant> = None;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break st;
+        }
+        if tigon_shm::signals::terminating() {
+            match stop_at {
+                None => {
+                    let _ = Command::new("kill")
+                        .args(["-TERM", &child.id().to_string()])
+                        .status();
+                    stop_at = Some(Instant::now());
+                }
+                Some(t) if t.elapsed() > Duration::from_secs(5) => {
+                    let _ = child.kill();
+                }
+                _ => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(cluster);
+    Ok(status.code().unwrap_or(128 + 15))
+}
