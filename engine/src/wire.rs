@@ -371,7 +371,7 @@ pub fn checksum(frame: &[u8]) -> u32 {
         head[ck].fill(0);
     }
     let mut lanes = [frame.len() as u64, K, K.rotate_left(17), K.rotate_left(31)];
-    let mut feed = |bytes: &[u8], lanes: &mut [u64; 4]| {
+    let feed = |bytes: &[u8], lanes: &mut [u64; 4]| {
         let mut quads = bytes.chunks_exact(32);
         for q in &mut quads {
             for (i, l) in lanes.iter_mut().enumerate() {
