@@ -117,7 +117,56 @@ fn bind(socket: &Path) -> Result<UnixListener, String> {
         }
         let _ = std::fs::remove_file(socket);
     }
-    UnixListener::bind(socket).map_err(|e| format!("binding {}: {e}", socket.display()))
+    let l = UnixListener::bind(socket).map_err(|e| format!("binding {}: {e}", socket.display()))?;
+    // Anyone may connect: the uid check (SO_PEERCRED against --allow-uid) is what admits or
+    // refuses a client, with a message that says why. A socket only its owner could open
+    // would refuse every other uid with a bare EACCES, whatever --allow-uid says.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("chmod {}: {e}", socket.display()))?;
+    Ok(l)
+}
+
+/// The device name of `devargs` (what comes before the first comma).
+fn device_name(devargs: &str) -> &str {
+    devargs.split(',').next().unwrap_or("").trim()
+}
+
+/// Whether the port's driver takes its frame size from elsewhere than `rte_eth_dev_set_mtu`
+/// (which it refuses): memif carries jumbo frames in its `bsize` buffers (the port layer sets
+/// `bsize=9216`), af_packet follows the kernel interface's MTU and the ring's `framesz`.
+fn mtu_from_devargs(devargs: &str) -> bool {
+    let name = device_name(devargs);
+    name.starts_with("net_memif") || name.starts_with("net_af_packet")
+}
+
+/// Devargs for the port at `mtu`: af_packet needs ring frames that hold a jumbo frame plus
+/// its TPACKET header, and an interface whose MTU lets such frames through.
+fn port_devargs(devargs: &str, mtu: u16) -> Result<String, String> {
+    if mtu <= 1500 || !device_name(devargs).starts_with("net_af_packet") {
+        return Ok(devargs.to_string());
+    }
+    let iface = devargs
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix("iface="));
+    if let Some(iface) = iface
+        && let Ok(text) = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        && let Ok(have) = text.trim().parse::<u32>()
+        && have < mtu as u32
+    {
+        return Err(format!(
+            "--mtu {mtu}: interface {iface} has MTU {have} (af_packet follows the kernel's \
+             MTU: `ip link set {iface} mtu {mtu}`)"
+        ));
+    }
+    let mut d = devargs.to_string();
+    if !d.contains("framesz=") {
+        d.push_str(",framesz=9216");
+    }
+    if !d.contains("blocksz=") {
+        d.push_str(",blocksz=36864");
+    }
+    Ok(d)
 }
 
 pub fn run(args: AgentArgs) -> Result<(), String> {
@@ -230,8 +279,10 @@ fn engine_main(
     if !pci(devargs) && !a.dma.as_deref().is_some_and(pci) {
         b = b.no_pci(true);
     }
+    // A software dmadev (dma_skeleton) is a vdev to create; IOAT / DSA devices are found by
+    // the bus scans.
     if let Some(d) = &a.dma
-        && !d.contains(':')
+        && device_name(d).starts_with("dma_")
     {
         b = b.vdev(d.clone());
     }
@@ -246,16 +297,17 @@ fn engine_main(
     };
     let rx_pool = Mempool::new(&eal, "tigon_rx", 8191, room).map_err(|e| e.to_string())?;
     let tx_pool = Mempool::new(&eal, "tigon_tx", 8191, room).map_err(|e| e.to_string())?;
+    let port_args = port_devargs(devargs, mtu)?;
     let port = Port::open(
         &eal,
-        devargs,
+        &port_args,
         &rx_pool,
         &PortConfig {
-            mtu: Some(mtu),
+            mtu: (!mtu_from_devargs(devargs)).then_some(mtu),
             ..PortConfig::default()
         },
     )
-    .map_err(|e| format!("port `{devargs}`: {e}"))?;
+    .map_err(|e| format!("port `{port_args}`: {e}"))?;
     let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
     let dma = match &a.dma {
         Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),

@@ -115,6 +115,8 @@ impl Served {
         };
         // Closing the endpoint fails its operations; their completions find no client.
         eng.close_endpoint(c.ep);
+        let held = c.inflight.iter().filter(|f| f.is_some()).count() as u64;
+        self.stats.inflight -= held;
         eng.copy_engine_mut().clients().remove(slot);
         self.by_req.retain(|_, (s, _)| *s != slot);
         self.stats.clients -= 1;
