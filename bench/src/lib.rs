@@ -1,5 +1,6 @@
 //! tigon's benchmarks. Each returns rows that [`report`] prints as a table and saves as JSON
 //! under `target/bench/`.
 
+pub mod dma;
 pub mod engine;
 pub mod report;

@@ -34,3 +34,18 @@ pub fn terminating() -> bool {
 pub fn request_termination() {
     TERM.store(true, Ordering::SeqCst);
 }
+
+/// CPU time this thread has consumed, in nanoseconds (CLOCK_THREAD_CPUTIME_ID): what a
+/// benchmark charges to the core that submits work.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
