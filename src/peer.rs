@@ -43,6 +43,10 @@ enum Mode {
         /// Rounds over all sizes.
         #[arg(long, default_value_t = 1)]
         rounds: u32,
+        /// Post every receive of a round, and wait until the peer has too, before sending:
+        /// messages then arrive expected (straight into their buffers) instead of unexpected.
+        #[arg(long)]
+        prepost: bool,
     },
     /// Ping-pong: the `first` peer measures half round trips and bandwidth.
     Pingpong {
@@ -57,7 +61,8 @@ enum Mode {
     Hold,
     /// Attach, then write garbage into the request ring: the agent must disconnect us.
     Garbage,
-    /// Attach, post a receive and a send to the peer, and report how they end (agent killed).
+    /// Attach, post a receive (and a 1 MiB send to `--peer`, if given, that nobody receives),
+    /// print "posted", and report how they end when the agent goes away.
     Orphan,
 }
 
@@ -105,12 +110,34 @@ fn publish_and_find(a: &PeerArgs, me: EndpointAddr) -> Result<Option<EndpointAdd
 
 const CTX: u32 = 1;
 
+/// An out-of-band barrier through the address directory, like the PMIx fence of
+/// MPI_Finalize: publishes DIR/NAME.LABEL and waits for DIR/PEER.LABEL. A peer that has
+/// finished its part must not close its endpoint while the other side still waits for the
+/// acknowledgement of its last frames.
+fn fence(a: &PeerArgs, label: &str) -> Result<(), String> {
+    let Some(p) = &a.peer else { return Ok(()) };
+    std::fs::write(a.dir.join(format!("{}.{label}", a.name)), b"").map_err(|e| e.to_string())?;
+    let theirs = a.dir.join(format!("{p}.{label}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !theirs.exists() {
+        if Instant::now() > deadline {
+            return Err(format!("peer `{p}` never reached `{label}`"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 pub fn run(a: PeerArgs) -> Result<(), String> {
     let c = Client::attach(&a.socket).map_err(|e| e.to_string())?;
     let peer = publish_and_find(&a, c.addr())?;
     let err = |e: tigon_client::Error| e.to_string();
     match &a.mode {
-        Mode::Exchange { sizes, rounds } => {
+        Mode::Exchange {
+            sizes,
+            rounds,
+            prepost,
+        } => {
             let peer = peer.ok_or("--peer is required")?;
             let sizes: Vec<usize> = sizes
                 .iter()
@@ -121,18 +148,27 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
             for r in 0..*rounds {
                 let mut sends = Vec::new();
                 let mut recvs = Vec::new();
-                for (i, &n) in sizes.iter().enumerate() {
+                let post = |i: usize, n: usize| -> Result<_, String> {
                     let tag = (r as usize * sizes.len() + i) as i32;
                     let into = if (n as u64) <= c.data_size() {
                         RecvInto::Channel(n as u64)
                     } else {
                         RecvInto::Vec(vec![0; n])
                     };
-                    recvs.push((
-                        c.irecv(MatchSpec::mpi(CTX, ANY, tag), into).map_err(err)?,
-                        n,
-                        tag,
-                    ));
+                    let req = c.irecv(MatchSpec::mpi(CTX, ANY, tag), into).map_err(err)?;
+                    Ok((req, n, tag))
+                };
+                if *prepost {
+                    for (i, &n) in sizes.iter().enumerate() {
+                        recvs.push(post(i, n)?);
+                    }
+                    fence(&a, &format!("posted{r}"))?;
+                }
+                for (i, &n) in sizes.iter().enumerate() {
+                    let tag = (r as usize * sizes.len() + i) as i32;
+                    if !*prepost {
+                        recvs.push(post(i, n)?);
+                    }
                     let data = pattern(((a.rank as u64) << 40) | tag as u64, n);
                     let s = if n as u64 <= c.data_size() {
                         c.isend(
@@ -169,9 +205,10 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
                     sent += 1;
                 }
             }
+            let seconds = t.elapsed().as_secs_f64();
+            fence(&a, "done")?;
             println!(
-                "{{\"sent\": {sent}, \"received\": {got}, \"bytes\": {bytes}, \"seconds\": {:.3}}}",
-                t.elapsed().as_secs_f64()
+                "{{\"sent\": {sent}, \"received\": {got}, \"bytes\": {bytes}, \"seconds\": {seconds:.3}}}"
             );
         }
         Mode::Pingpong {
@@ -224,6 +261,7 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
                     );
                 }
             }
+            fence(&a, "done")?;
         }
         Mode::Hold => {
             let _r = c
@@ -260,15 +298,47 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
             let r = c
                 .irecv(MatchSpec::mpi(CTX, ANY, 5), RecvInto::Channel(8))
                 .map_err(err)?;
+            let s = match peer {
+                Some(p) => Some(
+                    c.isend_vec(
+                        p,
+                        match_bits(CTX, 7),
+                        a.rank,
+                        vec![5; 1 << 20],
+                        SendMode::Standard,
+                    )
+                    .map_err(err)?,
+                ),
+                None => None,
+            };
             println!("posted");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
             let t = Instant::now();
             let res = c.wait(r);
+            let ms = t.elapsed().as_millis();
+            let send_failed = s.map(|s| c.wait(s).is_err());
             let after = c.irecv(MatchSpec::mpi(CTX, ANY, 6), RecvInto::Channel(8));
+            let after_send = c.isend(
+                c.addr(),
+                match_bits(CTX, 6),
+                a.rank,
+                b"x",
+                SendMode::Standard,
+            );
+            let reason = match &res {
+                Err(e) => e.to_string(),
+                Ok(_) => String::new(),
+            };
             println!(
-                "{{\"pending_failed\": {}, \"new_failed\": {}, \"ms\": {}}}",
-                res.is_err(),
-                after.is_err(),
-                t.elapsed().as_millis()
+                "{}",
+                serde_json::json!({
+                    "pending_failed": res.is_err(),
+                    "send_failed": send_failed,
+                    "new_failed": after.is_err() && after_send.is_err(),
+                    "ms": ms as u64,
+                    "error": reason,
+                })
             );
         }
     }

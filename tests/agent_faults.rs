@@ -1,0 +1,185 @@
+//! Faults: clients killed mid-transfer (100 in a row), the agent killed or terminated under
+//! its clients, a client writing garbage into its request ring, and a client of a uid the
+//! agent does not allow.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+/// One agent on a memif port nobody connects to (the fault tests that need no wire).
+fn lone_agent(dir: &TestDir, name: &str, lcore: u32, extra: &[&str]) -> Agent {
+    let port = format!(
+        "net_memif0,role=server,socket={}",
+        dir.join(&format!("{name}-memif.sock")).display()
+    );
+    Agent::start(dir, name, &port, lcore, None, extra)
+}
+
+#[test]
+fn sigkill_clients_mid_transfer_100_times() {
+    let dir = TestDir::new("kill100");
+    let (mut a, mut b) = memif_pair(&dir, &[]);
+    // A first exchange brings the memif link up and everything that starts lazily.
+    exchange(&dir, "before", &[(&a, &b)], &[]);
+    let fds = (a.fds(), b.fds());
+    let mode = [
+        "exchange",
+        "--sizes",
+        "16M,1M,40k,100",
+        "--rounds",
+        "100000",
+    ];
+    let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut moved = num(&a.stats(), "/frames/tx_bytes") + num(&b.stats(), "/frames/tx_bytes");
+    let t = Instant::now();
+    for i in 0..100 {
+        let (v, w) = (format!("v{i}"), format!("w{i}"));
+        // The victim and its partner, on either agent, in turn.
+        let (x, y) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let mut pv = Peer::spawn(&dir, x, &v, Some(&w), 0, &mode);
+        let mut pw = Peer::spawn(&dir, y, &w, Some(&v), 1, &mode);
+        // Kill only once bytes of this pair are on the move ...
+        let started = eventually(Duration::from_secs(30), || {
+            let n = num(&a.stats(), "/frames/tx_bytes") + num(&b.stats(), "/frames/tx_bytes");
+            n > moved + (1 << 20)
+        });
+        assert!(started, "iteration {i}: no transfer started");
+        // ... and at a random point of it.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(rng % 30));
+        pv.kill();
+        pw.kill();
+        moved = num(&a.stats(), "/frames/tx_bytes") + num(&b.stats(), "/frames/tx_bytes");
+    }
+    println!("100 kills in {:?}", t.elapsed());
+    for x in [&mut a, &mut b] {
+        assert!(x.alive(), "agent {} died:\n{}", x.name, x.log_tail());
+        let gone = eventually(Duration::from_secs(10), || num(&x.stats(), "/clients") == 0);
+        let s = x.stats();
+        assert!(gone, "agent {}: clients left: {s}", x.name);
+        println!("agent {}: {s}", x.name);
+        // One victim and one partner per kill, one on each agent; and the first exchange.
+        assert_eq!(num(&s, "/serve/clients_reclaimed"), 101, "{s}");
+        assert_eq!(num(&s, "/serve/clients_attached_total"), 101, "{s}");
+        assert_eq!(num(&s, "/serve/inflight"), 0, "{s}");
+        assert_eq!(num(&s, "/serve/clients_disconnected_garbage"), 0, "{s}");
+    }
+    // Every channel and socket of the dead is closed.
+    assert!(
+        eventually(Duration::from_secs(5), || (a.fds(), b.fds()) == fds),
+        "file descriptors {fds:?} before, {:?} after",
+        (a.fds(), b.fds())
+    );
+    // The agents go on serving.
+    exchange(&dir, "after", &[(&a, &b), (&b, &a)], &[]);
+}
+
+#[test]
+fn agent_sigkill_fails_pending_and_new_operations_within_2s() {
+    let dir = TestDir::new("akill");
+    let mut a = lone_agent(&dir, "a", 0, &[]);
+    let mut h = Peer::spawn(&dir, &a, "h", None, 1, &["hold"]);
+    h.wait_line(Duration::from_secs(30), |l| l == "holding");
+    // A pending receive, and a pending 1 MiB send to `h` (which never receives it).
+    let mut o = Peer::spawn(&dir, &a, "o", Some("h"), 0, &["orphan"]);
+    o.wait_line(Duration::from_secs(30), |l| l == "posted");
+    std::thread::sleep(Duration::from_millis(100));
+    a.kill();
+    let t = Instant::now();
+    let line = o.wait_line(Duration::from_secs(10), |l| l.starts_with('{'));
+    let took = t.elapsed();
+    println!("orphan: {line} after {took:?}");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("orphan's report");
+    assert_eq!(v["pending_failed"], true, "{v}");
+    assert_eq!(v["send_failed"], true, "{v}");
+    assert_eq!(v["new_failed"], true, "{v}");
+    assert!(took < Duration::from_secs(2), "the error took {took:?}");
+    o.wait_ok(Duration::from_secs(10));
+    h.kill();
+}
+
+#[test]
+fn agent_sigterm_exits_0_removes_its_socket_and_fails_its_clients() {
+    let dir = TestDir::new("aterm");
+    let mut a = lone_agent(&dir, "a", 0, &[]);
+    let mut o = Peer::spawn(&dir, &a, "o", None, 0, &["orphan"]);
+    o.wait_line(Duration::from_secs(30), |l| l == "posted");
+    let status = a.terminate(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{status}\n{}", a.log_tail());
+    assert!(!a.socket.exists(), "{} left behind", a.socket.display());
+    let line = o.wait_line(Duration::from_secs(2), |l| l.starts_with('{'));
+    let v: serde_json::Value = serde_json::from_str(&line).expect("orphan's report");
+    assert_eq!(v["pending_failed"], true, "{v}");
+    assert_eq!(v["new_failed"], true, "{v}");
+    println!("orphan: {v}");
+    o.wait_ok(Duration::from_secs(10));
+}
+
+#[test]
+fn garbage_client_is_disconnected_and_the_others_are_served() {
+    let dir = TestDir::new("garbage");
+    let a = lone_agent(&dir, "a", 0, &[]);
+    let mode = ["exchange", "--sizes", SIZES, "--rounds", "3"];
+    let mut x = Peer::spawn(&dir, &a, "x", Some("y"), 0, &mode);
+    let mut y = Peer::spawn(&dir, &a, "y", Some("x"), 1, &mode);
+    let mut g = Peer::spawn(&dir, &a, "g", None, 2, &["garbage"]);
+    let out = g.wait_ok(Duration::from_secs(30));
+    assert!(out.contains("disconnected"), "{out}");
+    x.wait_ok(Duration::from_secs(120));
+    y.wait_ok(Duration::from_secs(120));
+    let s = a.stats();
+    println!("agent: {s}");
+    assert_eq!(num(&s, "/serve/clients_disconnected_garbage"), 1, "{s}");
+    assert!(
+        a.log_tail().contains("disconnecting it"),
+        "{}",
+        a.log_tail()
+    );
+    // And afterwards.
+    exchange(&dir, "after", &[(&a, &a)], &[]);
+    assert!(eventually(Duration::from_secs(5), || num(
+        &a.stats(),
+        "/clients"
+    ) == 0));
+    assert_eq!(num(&a.stats(), "/serve/inflight"), 0);
+}
+
+const NOBODY: &[&str] = &[
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+#[test]
+fn client_of_a_uid_not_allowed_is_refused() {
+    let dir = TestDir::new("uid");
+    // Peers running as nobody publish their addresses here too.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.addr(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let a = lone_agent(&dir, "a", 0, &[]);
+    let mut p = Peer::spawn_with(NOBODY, &dir, &a.socket, "n", None, 0, &["hold"]);
+    let e = p.wait(Duration::from_secs(30));
+    assert_eq!(e.status.code(), Some(1), "{e:?}");
+    assert!(
+        e.stderr.contains("uid 65534 is not allowed"),
+        "stderr: {}",
+        e.stderr
+    );
+    println!("refused: {}", e.stderr.trim());
+    let s = a.stats();
+    assert_eq!(num(&s, "/serve/clients_attached_total"), 0, "{s}");
+    assert!(a.log_tail().contains("refused client"), "{}", a.log_tail());
+
+    // The same uid, allowed by a configuration file, attaches and exchanges with root.
+    let cfg = dir.join("agent.json");
+    std::fs::write(&cfg, r#"{ "allow-uid": [0, 65534], "idle": "yield" }"#).unwrap();
+    let b = lone_agent(&dir, "b", 1, &["--config", cfg.to_str().unwrap()]);
+    let mode = ["exchange", "--sizes", "0,100,40k,1M"];
+    let mut n = Peer::spawn_with(NOBODY, &dir, &b.socket, "n2", Some("r2"), 0, &mode);
+    let mut r = Peer::spawn(&dir, &b, "r2", Some("n2"), 1, &mode);
+    n.wait_ok(Duration::from_secs(60));
+    r.wait_ok(Duration::from_secs(60));
+}
