@@ -4,11 +4,12 @@
 use crate::addr::EndpointAddr;
 use crate::config::Config;
 use crate::copy::{BufRef, CopyEngine};
+use crate::fasthash::FastMap as HashMap;
 use crate::link::Link;
 use crate::matching::MatchSpec;
 use crate::stats::Stats;
 use crate::wire::{self, AckRepr, ConnectRepr, Frame, Kind, MacAddr, Repr};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Why an operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -322,7 +323,7 @@ impl<F> Peer<F> {
             waiting: VecDeque::new(),
             pending: VecDeque::new(),
             unacked: VecDeque::new(),
-            sends: HashMap::new(),
+            sends: HashMap::default(),
             credit_grant: 0,
             credit_released_seen: 0,
             credit_used: 0,
@@ -339,7 +340,7 @@ impl<F> Peer<F> {
             grant_given: 0,
             credit_released: 0,
             in_eager: None,
-            pulls: HashMap::new(),
+            pulls: HashMap::default(),
             resend: VecDeque::new(),
             rto_backoff: 0,
             connect_ack_owed: false,
@@ -425,14 +426,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             mac,
             eps: Vec::new(),
             peers: Vec::new(),
-            peer_index: HashMap::new(),
+            peer_index: HashMap::default(),
             reqs: Vec::new(),
             free_reqs: Vec::new(),
-            unex: HashMap::new(),
+            unex: HashMap::default(),
             next_unex: 1,
             unex_bytes: 0,
             grants_total: 0,
-            mprobed: HashMap::new(),
+            mprobed: HashMap::default(),
             copy,
             copy_fifo: VecDeque::new(),
             completions: VecDeque::new(),

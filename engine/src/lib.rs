@@ -12,6 +12,7 @@ pub mod channel;
 pub mod config;
 pub mod copy;
 mod engine;
+mod fasthash;
 pub mod link;
 pub mod matching;
 pub mod memlink;
