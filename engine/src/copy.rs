@@ -54,6 +54,9 @@ pub trait CopyEngine<F> {
     fn copied_bytes(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// The operation using `buf` is over: forget anything cached about it (its owner may now
+    /// change the bytes).
+    fn release(&mut self, _buf: &BufRef) {}
 }
 
 /// Memory the CPU copier can address directly.

@@ -602,6 +602,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if let Some(p) = self.peers.get_mut(s.peer) {
                 p.sends.remove(&s.msg_id);
             }
+            self.copy.release(&s.buf);
             self.stats.sends_completed += 1;
         } else {
             self.stats.recvs_completed += 1;
