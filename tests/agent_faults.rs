@@ -98,6 +98,18 @@ fn agent_sigkill_fails_pending_and_new_operations_within_2s() {
     assert!(took < Duration::from_secs(2), "the error took {took:?}");
     o.wait_ok(Duration::from_secs(10));
     h.kill();
+    // Nothing of the dead agent stands in the way of the next one on the same socket: no
+    // hugepage files (it runs --in-memory), a stale socket file replaced.
+    let left: Vec<_> = std::fs::read_dir("/dev/hugepages")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let left: Vec<_> = left
+        .iter()
+        .filter(|n| n.to_string_lossy().starts_with("tigon-"))
+        .collect();
+    assert!(left.is_empty(), "hugepage files left: {left:?}");
+    let a = lone_agent(&dir, "a", 0, &[]);
+    exchange(&dir, "again", &[(&a, &a)], &[]);
 }
 
 #[test]

@@ -315,7 +315,15 @@ fn engine_main(
     };
     let max_frame = mtu as usize + 14;
     let mut link = link::PortLink::new(port, tx_pool, mac, max_frame);
-    let copy = copy::AgentCopy::new(dma, a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD));
+    let dma_threshold = a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD);
+    if dma.is_some() && dma_threshold > mtu as usize {
+        // The dmadev copies one received frame's payload at a time.
+        log::warn!(
+            "--dma-threshold {dma_threshold} exceeds the MTU ({mtu}): the dmadev will copy \
+             nothing (use --mtu 9000 or a lower --dma-threshold)"
+        );
+    }
+    let copy = copy::AgentCopy::new(dma, dma_threshold);
     let mut eng = Engine::new(cfg, mac, max_frame, copy)?;
     let mut served = serve::Served::default();
     log::info!(

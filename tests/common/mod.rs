@@ -103,8 +103,13 @@ impl Agent {
             .args(["--port", port, "--lcore", &lcore.to_string()])
             .arg("--socket")
             .arg(&socket)
-            .args(["--idle", "yield"])
-            .args(extra);
+            .args(["--idle", "yield"]);
+        // Two cores shared by agents, peers and whatever else runs: a descheduled engine
+        // must not make its peer give up (no test here waits for that deadline).
+        if !extra.contains(&"--peer-timeout-ms") {
+            cmd.args(["--peer-timeout-ms", "30000"]);
+        }
+        cmd.args(extra);
         let out = std::fs::File::create(&log).expect("agent log");
         cmd.stdin(Stdio::null())
             .stdout(out.try_clone().expect("dup"))
