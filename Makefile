@@ -52,6 +52,6 @@ fmt:
 fmt-check:
 	$(CARGO) fmt --all --check
 
-# Removes network namespaces left by an interrupted test or demo (names tgA*/tgB*).
+# Removes network namespaces left by an interrupted test or demo (names tgA*/tgB*/tgM*).
 clean-netns:
-	@for ns in $$(ip netns list | awk '/^tg[AB]/ {print $$1}'); do ip netns del "$$ns" && echo "deleted netns $$ns"; done
+	@for ns in $$(ip netns list | awk '/^tg[ABM]/ {print $$1}'); do ip netns del "$$ns" && echo "deleted netns $$ns"; done

@@ -118,6 +118,16 @@ fn agent_sigterm_exits_0_removes_its_socket_and_fails_its_clients() {
     let mut a = lone_agent(&dir, "a", 0, &[]);
     let mut o = Peer::spawn(&dir, &a, "o", None, 0, &["orphan"]);
     o.wait_line(Duration::from_secs(30), |l| l == "posted");
+    // A second agent on the same socket refuses to start (and leaves the first alone).
+    let second = std::process::Command::new(TIGON)
+        .args(["agent", "--port", "net_null0", "--socket"])
+        .arg(&a.socket)
+        .output()
+        .expect("running a second agent");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(err.contains("already serving"), "{err}");
+    assert!(a.alive());
     let status = a.terminate(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{status}\n{}", a.log_tail());
     assert!(!a.socket.exists(), "{} left behind", a.socket.display());
