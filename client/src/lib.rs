@@ -449,6 +449,77 @@ impl Client {
         Ok(r)
     }
 
+    /// Like [`Client::irecv`] into a channel buffer of `cap` bytes, but never waits for one:
+    /// when every data buffer is in use (or `cap` exceeds [`Client::data_size`]) the receive
+    /// goes to `fallback` instead, which must not be a channel receive. A rank may post many
+    /// receives before its peers can send; waiting for a buffer there could deadlock.
+    /// Returns the request and whether it went through the channel.
+    pub fn irecv_or(&self, spec: MatchSpec, cap: u64, fallback: RecvInto) -> Result<(Req, bool)> {
+        let mut d = Desc {
+            op: Op::Recv as u8,
+            match_bits: spec.bits,
+            mask: spec.mask,
+            data_idx: NO_DATA,
+            ..Desc::default()
+        };
+        match spec.source {
+            Some(s) => d.rank = s,
+            None => d.flags |= channel::FLAG_ANY_SOURCE,
+        }
+        self.recv_or(d, cap, fallback)
+    }
+
+    /// [`Client::imrecv`] with the buffer choice of [`Client::irecv_or`].
+    pub fn imrecv_or(&self, handle: u64, cap: u64, fallback: RecvInto) -> Result<(Req, bool)> {
+        let d = Desc {
+            op: Op::MRecv as u8,
+            handle,
+            data_idx: NO_DATA,
+            ..Desc::default()
+        };
+        self.recv_or(d, cap, fallback)
+    }
+
+    fn recv_or(&self, mut d: Desc, cap: u64, fallback: RecvInto) -> Result<(Req, bool)> {
+        let mut g = self.lock();
+        if cap <= self.data_size
+            && let Some(di) = g.alloc_data()?
+        {
+            d.data_idx = di;
+            d.len = cap;
+            let r = g.submit(
+                d,
+                Pending::Recv {
+                    data: Some(di),
+                    keep: None,
+                },
+            )?;
+            return Ok((r, true));
+        }
+        let keep = match fallback {
+            RecvInto::Channel(_) => {
+                return Err(Error::Failed {
+                    status: status::INVALID,
+                    message: "the fallback of a channel receive cannot be the channel".into(),
+                });
+            }
+            RecvInto::Vec(mut v) => {
+                d.flags |= channel::FLAG_DIRECT;
+                d.addr = v.as_mut_ptr() as u64;
+                d.len = v.len() as u64;
+                Some(v)
+            }
+            RecvInto::Raw { addr, len } => {
+                d.flags |= channel::FLAG_DIRECT;
+                d.addr = addr;
+                d.len = len;
+                None
+            }
+        };
+        let r = g.submit(d, Pending::Recv { data: None, keep })?;
+        Ok((r, false))
+    }
+
     fn irecv_with(&self, op: Op, handle: u64, into: RecvInto) -> Result<Req> {
         let mut g = self.lock();
         let mut d = Desc {

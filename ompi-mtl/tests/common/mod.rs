@@ -1,0 +1,372 @@
+//! Test harness for the MTL: the component directory Open MPI loads it from, two `tigon
+//! agent`s joined by a memif link, the C test programs (built with mpicc) and mpirun.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Open MPI's own components (Debian); `ompi_info --path pkglibdir` says where they are.
+const DEBIAN_PKGLIBDIR: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
+
+/// `target/<profile>` of this test binary (`target/<profile>/deps/<test>`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn profile_name() -> String {
+    profile_dir()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "debug".into())
+}
+
+fn copy_atomic(from: &Path, to: &Path) {
+    let tmp = to.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::copy(from, &tmp)
+        .unwrap_or_else(|e| panic!("copying {} to {}: {e}", from.display(), tmp.display()));
+    std::fs::rename(&tmp, to).expect("rename");
+}
+
+/// The directory holding `mca_mtl_tigon.so` and `help-mtl-tigon.txt`, as installed for Open
+/// MPI: `target/<profile>/ompi/`.
+pub fn component_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let so = profile_dir().join("libmca_mtl_tigon.so");
+        assert!(
+            so.exists(),
+            "{} missing: build the crate (cargo build -p tigon-ompi-mtl)",
+            so.display()
+        );
+        let dir = profile_dir().join("ompi");
+        std::fs::create_dir_all(&dir).expect("mkdir ompi");
+        copy_atomic(&so, &dir.join("mca_mtl_tigon.so"));
+        let help = Path::new(env!("CARGO_MANIFEST_DIR")).join("help-mtl-tigon.txt");
+        copy_atomic(&help, &dir.join("help-mtl-tigon.txt"));
+        dir
+    })
+    .clone()
+}
+
+/// `--mca mca_base_component_path` value: ours first, then Open MPI's own.
+pub fn component_path() -> String {
+    let pkglib = Command::new("ompi_info")
+        .args(["--path", "pkglibdir", "--parsable"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("path:pkglibdir:").map(str::to_string))
+        })
+        .unwrap_or_else(|| DEBIAN_PKGLIBDIR.into());
+    format!("{}:{pkglib}", component_dir().display())
+}
+
+/// The `tigon` binary: $TIGON_BIN, else next to this test binary, else built now.
+pub fn tigon_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TIGON_BIN") {
+            return PathBuf::from(p);
+        }
+        let bin = profile_dir().join("tigon");
+        if !bin.exists() {
+            let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            c.args(["build", "-p", "tigon", "--bin", "tigon", "-j2"]);
+            if profile_name() == "release" {
+                c.arg("--release");
+            }
+            let target = profile_dir().parent().expect("target dir").to_path_buf();
+            c.env("CARGO_TARGET_DIR", target);
+            let st = c.status().expect("running cargo build -p tigon");
+            assert!(st.success(), "cargo build -p tigon failed");
+        }
+        assert!(bin.exists(), "{} missing", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// The MPI test programs: `tests/mpi/<name>.c`, built once per test binary with mpicc.
+pub fn program(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/mpi")
+        .join(format!("{name}.c"));
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi");
+    std::fs::create_dir_all(&out_dir).expect("mkdir");
+    let out = out_dir.join(name);
+    let tmp = out_dir.join(format!("{name}.{}", std::process::id()));
+    let st = Command::new("mpicc")
+        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .status()
+        .expect("running mpicc (apt-get install openmpi-bin libopenmpi-dev)");
+    assert!(st.success(), "mpicc {} failed", src.display());
+    std::fs::rename(&tmp, &out).expect("rename");
+    out
+}
+
+/// Two agents over a memif link (lcores 0 and 1, idle policy `yield`), killed on drop.
+pub struct Agents {
+    pub dir: PathBuf,
+    pub sockets: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+impl Agents {
+    pub fn start(name: &str) -> Agents {
+        let dir = std::env::temp_dir().join(format!("tigon-mtl-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let memif = dir.join("memif.sock");
+        let mut a = Agents {
+            dir: dir.clone(),
+            sockets: Vec::new(),
+            children: Vec::new(),
+        };
+        // The server first: the client's memif needs the server's socket to exist.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for (i, role) in ["server", "client"].iter().enumerate() {
+            let sock = dir.join(format!("agent{i}.sock"));
+            let log = std::fs::File::create(dir.join(format!("agent{i}.log"))).expect("log");
+            let child = Command::new(tigon_bin())
+                .arg("agent")
+                .arg("--port")
+                .arg(format!("net_memif0,role={role},socket={}", memif.display()))
+                .args(["--lcore", &i.to_string(), "--idle", "yield"])
+                .arg("--socket")
+                .arg(&sock)
+                .env("RUST_LOG", "warn")
+                .stdout(log.try_clone().expect("dup"))
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+                .expect("spawning tigon agent");
+            a.children.push(child);
+            a.sockets.push(sock.clone());
+            loop {
+                if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+                    break;
+                }
+                if let Ok(Some(st)) = a.children[i].try_wait() {
+                    panic!("agent {i} exited ({st}): {}", a.log(i));
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "agent {i} not serving {} after 60 s: {}",
+                    sock.display(),
+                    a.log(i)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        a
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("agent{i}.log"))).unwrap_or_default()
+    }
+
+    /// The agent's counters (`tigon stats`).
+    pub fn stats(&self, i: usize) -> serde_json::Value {
+        tigon_client::agent_stats(&self.sockets[i]).unwrap_or_default()
+    }
+
+    /// Whether both agents still run.
+    pub fn alive(&mut self) -> bool {
+        self.children
+            .iter_mut()
+            .all(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for c in &self.children {
+            // SAFETY: signals our own child (SIGINT: the agent's orderly shutdown).
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for c in &mut self.children {
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("agent logs kept in {}", self.dir.display());
+        }
+    }
+}
+
+/// The result of an mpirun.
+pub struct Run {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+    pub timed_out: bool,
+}
+
+impl Run {
+    pub fn text(&self) -> String {
+        format!(
+            "exit {:?}{} after {:.1?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status,
+            if self.timed_out { " (TIMED OUT)" } else { "" },
+            self.elapsed,
+            self.stdout,
+            self.stderr
+        )
+    }
+    pub fn assert_ok(&self, name: &str) {
+        assert!(
+            self.status == Some(0) && self.stdout.contains(&format!("OK {name}")),
+            "{name} failed: {}",
+            self.text()
+        );
+    }
+}
+
+/// Options of an mpirun.
+pub struct Mpirun {
+    pub np: usize,
+    pub args: Vec<String>,
+    pub mca: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Use tigon (`--mca pml cm --mca mtl tigon`).
+    pub tigon: bool,
+    /// Sockets of the agents ranks spread over (first half of the ranks on the first).
+    pub sockets: Vec<PathBuf>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Mpirun {
+    pub fn new(np: usize, agents: &Agents) -> Mpirun {
+        Mpirun {
+            np,
+            args: Vec::new(),
+            mca: Vec::new(),
+            timeout: Duration::from_secs(180),
+            tigon: true,
+            sockets: agents.sockets.clone(),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn run(&self, program: &Path) -> Run {
+        let mut c = Command::new("mpirun");
+        c.args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ]);
+        c.args(["--mca", "mca_base_component_path", &component_path()]);
+        c.args(["--mca", "mpi_yield_when_idle", "1"]);
+        c.args(["--mca", "orte_base_help_aggregate", "0"]);
+        if self.tigon {
+            c.args(["--mca", "pml", "cm", "--mca", "mtl", "tigon"]);
+        }
+        for (k, v) in &self.mca {
+            c.args(["--mca", k, v]);
+        }
+        // Ranks 0..ceil(np/n) on the first agent, and so on: one app context per agent.
+        let n = self.sockets.len().max(1);
+        let per = self.np.div_ceil(n);
+        let mut left = self.np;
+        for i in 0..n {
+            let k = per.min(left);
+            if k == 0 {
+                break;
+            }
+            left -= k;
+            if i > 0 {
+                c.arg(":");
+            }
+            c.args(["-np", &k.to_string()]);
+            if let Some(s) = self.sockets.get(i) {
+                c.args(["-x", &format!("TIGON_SOCKET={}", s.display())]);
+            }
+            for (k, v) in &self.env {
+                c.args(["-x", &format!("{k}={v}")]);
+            }
+            c.arg(program);
+            c.args(&self.args);
+        }
+        run_with_timeout(c, self.timeout)
+    }
+}
+
+/// Runs `c` in its own process group, killing the group after `timeout`.
+pub fn run_with_timeout(mut c: Command, timeout: Duration) -> Run {
+    let t0 = Instant::now();
+    let dir = std::env::temp_dir();
+    let out_path = dir.join(format!("tigon-mtl-out-{}-{:?}", std::process::id(), t0));
+    let err_path = out_path.with_extension("err");
+    let out_f = std::fs::File::create(&out_path).expect("stdout file");
+    let err_f = std::fs::File::create(&err_path).expect("stderr file");
+    c.stdin(Stdio::null())
+        .stdout(out_f)
+        .stderr(err_f)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .process_group(0);
+    let mut child = c.spawn().expect("spawning mpirun");
+    let pgid = child.id() as i32;
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st.code();
+        }
+        if t0.elapsed() > timeout {
+            timed_out = true;
+            // SAFETY: signals the process group we created for this run.
+            unsafe { libc::kill(-pgid, libc::SIGTERM) };
+            std::thread::sleep(Duration::from_secs(2));
+            // SAFETY: as above.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            break child.wait().ok().and_then(|s| s.code());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let read = |p: &Path| {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(p) {
+            let _ = f.read_to_string(&mut s);
+        }
+        let _ = std::fs::remove_file(p);
+        s
+    };
+    Run {
+        status,
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+        elapsed: t0.elapsed(),
+        timed_out,
+    }
+}
+
+/// `Output` of a plain command as text.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

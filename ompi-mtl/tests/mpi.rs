@@ -1,0 +1,224 @@
+//! The MPI test programs of tests/mpi/*.c, run with `mpirun --mca pml cm --mca mtl tigon`
+//! over two `tigon agent`s joined by memif (ranks spread over both agents), plus the
+//! component's behaviour without an agent, a rank killed mid-transfer, and NetPIPE.
+//!
+//! Each test starts its own agents (pinned to lcores 0 and 1): nextest runs them one at a
+//! time (test group `dpdk-pinned` in .config/nextest.toml).
+
+mod common;
+
+use common::{Agents, Mpirun, program};
+use std::time::Duration;
+
+/// Runs `name` on `np` ranks over two fresh agents and checks it printed `OK name`.
+fn run(name: &str, np: usize, args: &[&str]) -> Agents {
+    let prog = program(name);
+    let agents = Agents::start(&format!("{name}{np}"));
+    let mut m = Mpirun::new(np, &agents);
+    m.args = args.iter().map(|s| s.to_string()).collect();
+    let r = m.run(&prog);
+    if r.status != Some(0) {
+        eprintln!(
+            "agent 0 log:\n{}\nagent 1 log:\n{}",
+            agents.log(0),
+            agents.log(1)
+        );
+    }
+    r.assert_ok(name);
+    agents
+}
+
+#[test]
+fn p2p_basic_2_ranks() {
+    let agents = run("p2p_basic", 2, &[]);
+    // The traffic really went through the agents.
+    for i in 0..2 {
+        let s = agents.stats(i);
+        let sends = s["messages"]["sends"].as_u64().unwrap_or(0);
+        assert!(sends > 10, "agent {i} carried {sends} sends: {s}");
+    }
+}
+
+#[test]
+fn p2p_basic_4_ranks() {
+    // Two ranks per agent: neighbours on the same node talk through the agent's loopback.
+    run("p2p_basic", 4, &[]);
+}
+
+#[test]
+fn order_2_ranks() {
+    run("order", 2, &["3000"]);
+}
+
+#[test]
+fn order_3_ranks() {
+    run("order", 3, &["1000"]);
+}
+
+#[test]
+fn sizes_up_to_16_mib() {
+    run("sizes", 2, &[]);
+}
+
+#[test]
+fn unexpected_flood_3_ranks() {
+    run("unexpected", 3, &["3000"]);
+}
+
+#[test]
+fn ssend() {
+    run("ssend", 2, &[]);
+}
+
+#[test]
+fn probe_mprobe_3_ranks() {
+    run("probe", 3, &[]);
+}
+
+#[test]
+fn truncate() {
+    run("truncate", 2, &[]);
+}
+
+#[test]
+fn cancel() {
+    run("cancel", 2, &[]);
+}
+
+#[test]
+fn datatypes() {
+    run("datatypes", 2, &[]);
+}
+
+#[test]
+fn communicators_4_ranks() {
+    run("comms", 4, &[]);
+}
+
+#[test]
+fn collectives_3_ranks() {
+    run("collectives", 3, &[]);
+}
+
+#[test]
+fn collectives_4_ranks() {
+    run("collectives", 4, &[]);
+}
+
+#[test]
+fn thread_multiple_4_threads() {
+    run("threads", 2, &["200"]);
+}
+
+/// A rank killed in the middle of a transfer ends the job with an error, not a hang, and the
+/// agents serve the next job.
+#[test]
+fn rank_killed_mid_transfer() {
+    let prog = program("peer_death");
+    let mut agents = Agents::start("death");
+    let mut m = Mpirun::new(2, &agents);
+    m.timeout = Duration::from_secs(120);
+    let r = m.run(&prog);
+    assert!(
+        !r.timed_out && r.status != Some(0),
+        "the job should fail promptly: {}",
+        r.text()
+    );
+    assert!(agents.alive(), "an agent died with the rank");
+    let next = Mpirun::new(2, &agents).run(&program("p2p_basic"));
+    next.assert_ok("p2p_basic");
+}
+
+/// No agent: the component declines (with its reason at verbosity 1) and ob1 runs the job.
+#[test]
+fn declines_without_agent() {
+    let prog = program("p2p_basic");
+    let dir = std::env::temp_dir().join(format!("tigon-mtl-none-{}", std::process::id()));
+    let sock = dir.join("nobody.sock");
+    let m = Mpirun {
+        np: 2,
+        args: Vec::new(),
+        mca: vec![
+            ("mtl_tigon_verbose".into(), "1".into()),
+            ("btl".into(), "self,tcp".into()),
+        ],
+        timeout: Duration::from_secs(120),
+        tigon: false,
+        sockets: vec![sock.clone()],
+        env: Vec::new(),
+    };
+    let r = m.run(&prog);
+    r.assert_ok("p2p_basic");
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("mtl:tigon: not used: cannot attach to the tigon agent")
+            && all.contains(&sock.display().to_string()),
+        "the reason should be printed at verbosity 1: {}",
+        r.text()
+    );
+}
+
+/// `--mca mtl tigon` (with or without `--mca pml cm`) and no agent: MPI_Init fails and says
+/// why.
+#[test]
+fn explicit_request_without_agent_fails() {
+    let prog = program("p2p_basic");
+    let sock = std::env::temp_dir().join("tigon-mtl-none/nobody.sock");
+    for with_cm in [true, false] {
+        let mut m = Mpirun {
+            np: 2,
+            args: Vec::new(),
+            mca: vec![("mtl".into(), "tigon".into())],
+            timeout: Duration::from_secs(120),
+            tigon: false,
+            sockets: vec![sock.clone()],
+            env: Vec::new(),
+        };
+        if with_cm {
+            m.mca.push(("pml".into(), "cm".into()));
+        }
+        let r = m.run(&prog);
+        let all = format!("{}{}", r.stdout, r.stderr);
+        assert!(
+            !r.timed_out && r.status != Some(0) && !r.stdout.contains("OK p2p_basic"),
+            "MPI_Init should fail (pml cm: {with_cm}): {}",
+            r.text()
+        );
+        assert!(
+            all.contains("The tigon MTL was explicitly requested")
+                && all.contains(&sock.display().to_string()),
+            "the reason should be printed (pml cm: {with_cm}): {}",
+            r.text()
+        );
+    }
+}
+
+/// NetPIPE's integrity check (`NPopenmpi -i`) over tigon, 1 B to 4 MiB.
+#[test]
+fn netpipe_integrity() {
+    if std::process::Command::new("NPopenmpi")
+        .arg("-h")
+        .output()
+        .is_err()
+    {
+        panic!("NPopenmpi missing: apt-get install netpipe-openmpi");
+    }
+    let agents = Agents::start("netpipe");
+    let out = agents.dir.join("np.out");
+    let mut m = Mpirun::new(2, &agents);
+    m.args = vec![
+        "-i".into(),
+        "-u".into(),
+        (4 << 20).to_string(),
+        "-o".into(),
+        out.display().to_string(),
+    ];
+    m.timeout = Duration::from_secs(300);
+    let r = m.run(std::path::Path::new("NPopenmpi"));
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        r.status == Some(0) && all.contains("Integrity check passed"),
+        "NetPIPE integrity check: {}",
+        r.text()
+    );
+}
