@@ -20,7 +20,9 @@ fi
 # --- system packages -------------------------------------------------------------------------
 PACKAGES=(dpdk dpdk-dev libdpdk-dev openmpi-bin libopenmpi-dev clang libclang-dev pkg-config
     iproute2 nftables netpipe-openmpi python3-mpi4py libfabric-bin build-essential procps
-    curl ca-certificates git)
+    curl ca-certificates git
+    # tests/guide.rs validates docker/compose.yaml against the Compose schema.
+    python3-yaml python3-jsonschema)
 missing=()
 for p in "${PACKAGES[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

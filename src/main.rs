@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod bench;
 mod demo;
+mod doctor;
 mod fabric;
 mod peer;
 mod run;
@@ -36,6 +37,9 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmarks (`tigon bench engine`, ...).
     Bench(bench::BenchArgs),
+    /// Check this node (hugepages, NIC, IOMMU, dmadevs, DPDK, Open MPI, the MTL, the agent)
+    /// and print the fix for each problem.
+    Doctor(doctor::DoctorArgs),
     /// One end of a checked frame stream over a DPDK port (used by `demo`; see
     /// `tigon frames --help`).
     #[command(hide = true)]
@@ -71,6 +75,7 @@ fn main() {
         Cmd::Peer(a) => peer::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Doctor(a) => doctor::run(a),
         Cmd::Frames { args } => tigon_pmd::frames::cli_main(&args),
     };
     if let Err(e) = res {
