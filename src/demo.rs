@@ -1,7 +1,11 @@
-//! `tigon demo`: the port-level demo (replaced by the MPI demo once the MTL lands). Two
-//! processes exchange a checked stream of frames of assorted sizes over a net_memif pair,
-//! then two processes in two network namespaces do the same over a veth pair through
-//! net_af_packet; prints frames/s, Gbit/s and lost frames for each fabric.
+//! `tigon demo`: NetPIPE (`NPopenmpi`) between two emulated nodes over tigon, and over Open
+//! MPI's TCP path, side by side: latency at 1, 8 and 64 B and bandwidth at 64 KiB, 1 MiB and
+//! 4 MiB.
+//!
+//! `tigon demo --ports`: the port-level demo. Two processes exchange a checked stream of
+//! frames of assorted sizes over a net_memif pair, then two processes in two network
+//! namespaces do the same over a veth pair through net_af_packet; prints frames/s, Gbit/s
+//! and lost frames for each fabric.
 
 use std::time::Duration;
 
@@ -12,6 +16,15 @@ use tigon_pmd::testbed::{Endpoint, Stream, VethPair, unique_tag};
 
 #[derive(Args)]
 pub struct DemoArgs {
+    /// The port-level demo (frames over memif and af_packet) instead of NetPIPE.
+    #[arg(long)]
+    pub ports: bool,
+    /// NetPIPE: largest message (bytes).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub upper: usize,
+    /// NetPIPE: fabric between the two emulated nodes.
+    #[arg(long, value_enum, default_value_t = crate::fabric::FabricKind::Memif)]
+    pub fabric: crate::fabric::FabricKind,
     /// Frames per fabric.
     #[arg(long, default_value_t = 200_000)]
     pub frames: u64,
@@ -127,6 +140,9 @@ fn row(name: &str, r: &Result<(RecvReport, SendReport), String>) {
 }
 
 pub fn run(a: DemoArgs) -> Result<(), String> {
+    if !a.ports {
+        return netpipe_demo(&a);
+    }
     if a.min < tigon_pmd::frames::MIN_FRAME || a.max > 9000 || a.min > a.max {
         return Err("frame sizes must satisfy 60 <= min <= max <= 9000".into());
     }
@@ -160,5 +176,163 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
             Ok(_) => {}
         }
     }
+    Ok(())
+}
+
+/// One NetPIPE result line: message size, Mbit/s, one-way time in seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct NpPoint {
+    pub bytes: usize,
+    pub mbps: f64,
+    pub secs: f64,
+}
+
+/// Reads NetPIPE's `-o` output.
+pub fn parse_netpipe(text: &str) -> Vec<NpPoint> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some(NpPoint {
+                bytes: f.next()?.parse().ok()?,
+                mbps: f.next()?.parse().ok()?,
+                secs: f.next()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+fn at(points: &[NpPoint], bytes: usize) -> Option<NpPoint> {
+    points.iter().copied().find(|p| p.bytes == bytes)
+}
+
+fn run_netpipe(
+    mut cmd: std::process::Command,
+    out: &std::path::Path,
+    what: &str,
+) -> Result<Vec<NpPoint>, String> {
+    eprintln!("{what} ...");
+    let o = cmd
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: {e} (install openmpi-bin, netpipe-openmpi)"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{what} failed ({}):\n{}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    let text =
+        std::fs::read_to_string(out).map_err(|e| format!("{what}: {}: {e}", out.display()))?;
+    let pts = parse_netpipe(&text);
+    if pts.is_empty() {
+        return Err(format!("{what}: NetPIPE wrote no results"));
+    }
+    Ok(pts)
+}
+
+fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
+    use crate::fabric::{Cluster, ClusterOpts};
+    let np_args = |out: &std::path::Path| -> Vec<String> {
+        ["NPopenmpi", "-u", &a.upper.to_string(), "-p", "0", "-o"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.display().to_string()])
+            .collect()
+    };
+    println!(
+        "tigon demo: NetPIPE between two emulated nodes ({:?}), over tigon and over Open MPI's TCP path",
+        a.fabric
+    );
+    let opts = ClusterOpts {
+        nodes: 2,
+        fabric: a.fabric,
+        loss: 0,
+        dma: false,
+        mtu: 1500,
+        agent_args: Vec::new(),
+    };
+    let cluster = Cluster::start(&opts)?;
+    let t_out = cluster.dir.join("np-tigon.out");
+    let cmd = crate::run::mpirun_command(&cluster, 2, &[], &np_args(&t_out))?;
+    let tigon = run_netpipe(cmd, &t_out, "NetPIPE over tigon (pml cm, mtl tigon)");
+    let stats = tigon_client::agent_stats(&cluster.nodes[0].socket).ok();
+    let tcp_out = cluster.dir.join("np-tcp.out");
+    let mut cmd = std::process::Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        "2",
+    ])
+    .args([
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "self,tcp",
+        "--mca",
+        "btl_tcp_if_include",
+        "lo",
+    ])
+    .args(["--mca", "mpi_yield_when_idle", "1"])
+    .args(np_args(&tcp_out));
+    let tcp = run_netpipe(cmd, &tcp_out, "NetPIPE over ob1/tcp (loopback)");
+    let (tigon, tcp) = (tigon?, tcp?);
+    drop(cluster);
+    println!();
+    println!(
+        "{:<22} {:>14} {:>14} {:>8}",
+        "", "tigon", "ob1/tcp", "ratio"
+    );
+    for b in [1usize, 8, 64] {
+        let (x, y) = (at(&tigon, b), at(&tcp, b));
+        let f = |p: Option<NpPoint>| p.map_or("-".into(), |p| format!("{:.2} us", p.secs * 1e6));
+        let r = match (x, y) {
+            (Some(x), Some(y)) => format!("{:.2}", x.secs / y.secs),
+            _ => "-".into(),
+        };
+        println!(
+            "{:<22} {:>14} {:>14} {:>8}",
+            format!("latency {b} B"),
+            f(x),
+            f(y),
+            r
+        );
+    }
+    for b in [64 << 10, 1 << 20, 4 << 20] {
+        if b > a.upper {
+            continue;
+        }
+        let (x, y) = (at(&tigon, b), at(&tcp, b));
+        let f = |p: Option<NpPoint>| p.map_or("-".into(), |p| format!("{:.0} Mb/s", p.mbps));
+        let r = match (x, y) {
+            (Some(x), Some(y)) => format!("{:.2}", x.mbps / y.mbps),
+            _ => "-".into(),
+        };
+        let label = if b >= 1 << 20 {
+            format!("bandwidth {} MiB", b >> 20)
+        } else {
+            format!("bandwidth {} KiB", b >> 10)
+        };
+        println!("{:<22} {:>14} {:>14} {:>8}", label, f(x), f(y), r);
+    }
+    println!(
+        "(latency: NetPIPE's one-way time, ratio < 1 is better for tigon; bandwidth: ratio > 1 is better)"
+    );
+    if let Some(s) = stats {
+        println!(
+            "agent 0: {} frames sent, {} received, {} retransmits",
+            s["frames"]["tx"], s["frames"]["rx"], s["retransmits"]
+        );
+    }
+    println!(
+        "reproduce: make demo   (or: tigon run -np 2 -- NPopenmpi -u {} -p 0)",
+        a.upper
+    );
     Ok(())
 }

@@ -316,21 +316,33 @@ impl Drop for Cluster {
 }
 
 /// Where `mca_mtl_tigon.so` lives: $TIGON_MTL_DIR, next to this executable (or in its
-/// `ompi/` subdirectory), or Open MPI's own component directory.
-pub fn mtl_dir() -> Option<PathBuf> {
+/// `ompi/` subdirectory), or Open MPI's own component directory. A cargo build leaves
+/// `libmca_mtl_tigon.so` next to `tigon`: then a directory under `scratch` gets a link with
+/// the name Open MPI looks for.
+pub fn mtl_dir(scratch: &Path) -> Option<PathBuf> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf));
     let mut c: Vec<PathBuf> = Vec::new();
     if let Some(d) = std::env::var_os("TIGON_MTL_DIR") {
         c.push(d.into());
     }
-    if let Some(d) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
+    if let Some(d) = &exe_dir {
         c.push(d.join("ompi"));
         c.push(d.clone());
     }
     c.push(OMPI_COMPONENT_DIR.into());
-    c.into_iter().find(|d| d.join("mca_mtl_tigon.so").exists())
+    if let Some(d) = c.into_iter().find(|d| d.join("mca_mtl_tigon.so").exists()) {
+        return Some(d);
+    }
+    let lib = exe_dir?.join("libmca_mtl_tigon.so");
+    if !lib.exists() {
+        return None;
+    }
+    let dir = scratch.join("ompi");
+    std::fs::create_dir_all(&dir).ok()?;
+    std::os::unix::fs::symlink(&lib, dir.join("mca_mtl_tigon.so")).ok()?;
+    Some(dir)
 }
 
 pub const OMPI_COMPONENT_DIR: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";

@@ -48,7 +48,7 @@ pub fn mpirun_command(
     extra: &[String],
     program: &[String],
 ) -> Result<Command, String> {
-    let dir = mtl_dir().ok_or(
+    let dir = mtl_dir(&cluster.dir).ok_or(
         "mca_mtl_tigon.so not found (build it with `make build`, or set TIGON_MTL_DIR to the directory holding it)",
     )?;
     let mut cmd = Command::new("mpirun");
