@@ -11,7 +11,7 @@ SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
 
 help:
 	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
-	@echo "make demo   - set up, build release, run 'tigon demo' (memif and af_packet frame rates)"
+	@echo "make demo   - set up, build release, run 'tigon demo' (NetPIPE over tigon and over ob1/tcp)"
 	@echo "make setup  - only the machine set-up (idempotent)"
 	@echo "make build | release | nextest | clippy | fmt | fmt-check | doc-test | clean-netns"
 
@@ -28,7 +28,7 @@ test:
 
 demo:
 	@$(SETUP) && \
-	$(CARGO) build -j$(JOBS) --release -q -p tigon && \
+	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
 	"$(CARGO_TARGET_DIR)/release/tigon" demo
 
 build:
