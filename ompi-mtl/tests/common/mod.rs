@@ -154,8 +154,11 @@ impl Agents {
                 .expect("spawning tigon agent");
             a.children.push(child);
             a.sockets.push(sock.clone());
+            // Serving: the agent answers a stats request once its port is up (its control
+            // socket accepts connections earlier). The memif server listens by then (on an
+            // abstract socket: no file to wait for).
             loop {
-                if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+                if tigon_client::agent_stats(&sock).is_ok() {
                     break;
                 }
                 if let Ok(Some(st)) = a.children[i].try_wait() {

@@ -54,7 +54,10 @@ int main(int argc, char **argv)
     /* An intercommunicator between the even and the odd group. */
     if (size >= 2) {
         MPI_Comm inter;
-        int remote_leader = rank % 2 == 0 ? 1 : 0;
+        /* Split rank 0 of each group is its highest world rank (keys are -rank). */
+        int top_even = (size - 1) % 2 == 0 ? size - 1 : size - 2;
+        int top_odd = (size - 1) % 2 == 1 ? size - 1 : size - 2;
+        int remote_leader = rank % 2 == 0 ? top_odd : top_even;
         MPI_OK(MPI_Intercomm_create(split, 0, MPI_COMM_WORLD, remote_leader, 77, &inter));
         int rsize;
         MPI_Comm_remote_size(inter, &rsize);

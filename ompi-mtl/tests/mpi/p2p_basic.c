@@ -66,6 +66,7 @@ int main(int argc, char **argv)
             CHECK(!seen[s.MPI_SOURCE], "twice from %d", s.MPI_SOURCE);
             seen[s.MPI_SOURCE] = 1;
         }
+        MPI_Barrier(MPI_COMM_WORLD); /* the next messages are sent after this */
         /* ANY_TAG with a specific source, ANY_SOURCE with a specific tag. */
         for (int i = 1; i < size; i++) {
             int v;
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
     } else {
         int v = rank * 3;
         MPI_OK(MPI_Send(&v, 1, MPI_INT, 0, 500 + rank, MPI_COMM_WORLD));
+        MPI_Barrier(MPI_COMM_WORLD);
         v = -rank;
         MPI_OK(MPI_Send(&v, 1, MPI_INT, 0, 600, MPI_COMM_WORLD));
         v = rank * 7;
