@@ -48,8 +48,9 @@ pub trait CopyEngine<F> {
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError>;
     /// Synchronously reads from `src` at `src_off` into `out` (building transmit frames).
     fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError>;
-    /// Number of queued copies finished since the last call; they finish in submission order.
-    fn poll_completed(&mut self) -> Result<usize, CopyError>;
+    /// Appends the outcome of each queued copy finished since the last call, in submission
+    /// order (a failure fails only the receive that copy belonged to).
+    fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>);
     /// Bytes copied so far by the device and by the CPU.
     fn copied_bytes(&self) -> (u64, u64) {
         (0, 0)
@@ -130,9 +131,7 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         );
         Ok(())
     }
-    fn poll_completed(&mut self) -> Result<usize, CopyError> {
-        Ok(0)
-    }
+    fn poll_completed(&mut self, _done: &mut Vec<Result<(), CopyError>>) {}
     fn copied_bytes(&self) -> (u64, u64) {
         (0, self.bytes)
     }

@@ -396,6 +396,7 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     copy: C,
     /// Copies in submission order: the receive they belong to, and whether finished.
     copy_fifo: VecDeque<(ReqId, bool)>,
+    copy_done: Vec<Result<(), crate::copy::CopyError>>,
     completions: VecDeque<Completion>,
     rx: Vec<L::Frame>,
     tx: Vec<L::TxBuf>,
@@ -436,6 +437,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             mprobed: HashMap::default(),
             copy,
             copy_fifo: VecDeque::new(),
+            copy_done: Vec::new(),
             completions: VecDeque::new(),
             rx: Vec::new(),
             tx: Vec::new(),
@@ -1688,6 +1690,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         match ie.target {
             EagerTarget::Req(id) => {
                 let Some(rr) = self.recv_mut(id) else {
+                    // The receive failed meanwhile: the message still ends for the sender.
+                    if last {
+                        self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
+                    }
                     return true;
                 };
                 let cap = rr.buf.len;
@@ -1742,17 +1748,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     r.copies += 1;
                 }
             }
-            Err(e) => {
-                if let Some(RecvReq {
-                    state: RecvState::Pulling { peer, msg_id, .. },
-                    ..
-                }) = self.recv_mut(id)
-                {
-                    let (peer, msg_id) = (*peer, *msg_id);
-                    self.peers[peer].pulls.remove(&msg_id);
-                }
-                self.finish(id, Err(Error::Copy(e.0)));
-            }
+            Err(e) => self.fail_recv(id, Error::Copy(e.0)),
         }
     }
 
@@ -1794,25 +1790,24 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if self.copy_fifo.is_empty() {
             return 0;
         }
-        let n = match self.copy.poll_completed() {
-            Ok(n) => n,
-            Err(e) => {
-                let ids: Vec<ReqId> = self.copy_fifo.drain(..).map(|(r, _)| r).collect();
-                for id in ids {
-                    self.finish(id, Err(Error::Copy(e.0.clone())));
-                }
-                return 1;
-            }
-        };
-        let mut left = n;
+        let mut outcomes = std::mem::take(&mut self.copy_done);
+        self.copy.poll_completed(&mut outcomes);
+        let mut it = outcomes.drain(..);
+        let mut failed: smallvec::SmallVec<[(ReqId, String); 4]> = smallvec::SmallVec::new();
         for entry in self.copy_fifo.iter_mut() {
-            if left == 0 {
-                break;
+            if entry.1 {
+                continue;
             }
-            if !entry.1 {
-                entry.1 = true;
-                left -= 1;
+            let Some(o) = it.next() else { break };
+            entry.1 = true;
+            if let Err(e) = o {
+                failed.push((entry.0, e.0));
             }
+        }
+        drop(it);
+        self.copy_done = outcomes;
+        for (id, e) in failed {
+            self.fail_recv(id, Error::Copy(e));
         }
         let mut work = 0;
         while let Some(&(id, true)) = self.copy_fifo.front() {
@@ -1829,6 +1824,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         }
         work
+    }
+
+    /// Fails a receive that matched a message. A rendezvous sender is still told FIN (the
+    /// message reached this node; the failure is the receiving rank's to see).
+    fn fail_recv(&mut self, id: ReqId, e: Error) {
+        if let Some(RecvReq { state: RecvState::Pulling { peer, msg_id, .. }, .. }) = self.recv_mut(id) {
+            let (peer, msg_id) = (*peer, *msg_id);
+            self.peers[peer].pulls.remove(&msg_id);
+            self.peers[peer].pending.push_back(desc(Kind::Fin, msg_id));
+            self.mark_active(peer);
+        }
+        self.finish(id, Err(e));
     }
 
     // ---- transmit path --------------------------------------------------------------------

@@ -54,8 +54,7 @@ impl CopyEngine<Vec<u8>> for LaggyCopy {
         out.copy_from_slice(&m[off as usize..off as usize + out.len()]);
         Ok(())
     }
-    fn poll_completed(&mut self) -> Result<usize, CopyError> {
-        let mut n = 0;
+    fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>) {
         for e in self.queue.iter_mut() {
             e.0 = e.0.saturating_sub(1);
         }
@@ -64,10 +63,10 @@ impl CopyEngine<Vec<u8>> for LaggyCopy {
             let m = self.mem.slice_mut(&dst).unwrap();
             m[off as usize..off as usize + data.len()].copy_from_slice(&data);
             self.device_bytes += data.len() as u64;
-            n += 1;
+            done.push(Ok(()));
         }
-        Ok(n)
     }
+
     fn copied_bytes(&self) -> (u64, u64) {
         (self.device_bytes, self.cpu_bytes)
     }
@@ -144,4 +143,88 @@ fn async_copies_complete_receives_in_delivery_order_with_the_right_bytes() {
         dev > 0 && cpu > 0,
         "both paths used: device {dev}, cpu {cpu}"
     );
+}
+
+/// Every queued copy into region `bad` fails; others succeed (like a rank that unmapped its
+/// buffer while others behave).
+struct FailingCopy {
+    inner: LaggyCopy,
+    bad: u64,
+    verdicts: VecDeque<bool>,
+}
+
+impl CopyEngine<Vec<u8>> for FailingCopy {
+    fn copy_from_frame(&mut self, frame: Vec<u8>, range: Range<usize>, dst: &BufRef, off: u64) -> Result<bool, CopyError> {
+        self.verdicts.push_back(dst.region != self.bad);
+        if dst.region == self.bad {
+            // Queue it like the device would, then fail it at completion.
+            self.inner.queue.push_back((1, Vec::new(), *dst, 0));
+            return Ok(false);
+        }
+        let r = self.inner.copy_from_frame(frame, range, dst, off)?;
+        if r {
+            self.verdicts.pop_back();
+        }
+        Ok(r)
+    }
+    fn write(&mut self, dst: &BufRef, off: u64, src: &[u8]) -> Result<(), CopyError> {
+        self.inner.write(dst, off, src)
+    }
+    fn read(&mut self, src: &BufRef, off: u64, out: &mut [u8]) -> Result<(), CopyError> {
+        self.inner.read(src, off, out)
+    }
+    fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>) {
+        let before = done.len();
+        self.inner.poll_completed(done);
+        for d in done[before..].iter_mut() {
+            if !self.verdicts.pop_front().unwrap_or(true) {
+                *d = Err(CopyError("client memory gone".into()));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failed_copy_fails_only_its_receive_and_the_sender_still_completes() {
+    let net = SimNet::new(Faults::default(), 2);
+    let mut pa = net.port(common::mac(0), 1514);
+    let mut pb = net.port(common::mac(1), 1514);
+    let mut a: Engine<SimPort, CpuCopy<HeapMemory>> =
+        Engine::new(Config::default(), common::mac(0), 1514, CpuCopy::new(HeapMemory::default())).unwrap();
+    let lag = LaggyCopy { mem: HeapMemory::default(), threshold: 0, lag: 3, queue: VecDeque::new(), device_bytes: 0, cpu_bytes: 0 };
+    let mut b: Engine<SimPort, FailingCopy> =
+        Engine::new(Config::default(), common::mac(1), 1514, FailingCopy { inner: lag, bad: u64::MAX, verdicts: VecDeque::new() }).unwrap();
+    a.open_endpoint(Some(0)).unwrap();
+    let bb = b.open_endpoint(Some(0)).unwrap();
+    let good = b.copy_engine_mut().inner.mem.insert(vec![0; 100_000]);
+    let bad = b.copy_engine_mut().inner.mem.insert(vec![0; 100_000]);
+    b.copy_engine_mut().bad = bad.region;
+    let r_bad = b.irecv(0, MatchSpec::mpi(1, 0, 1), bad).unwrap();
+    let r_good = b.irecv(0, MatchSpec::mpi(1, 0, 2), good).unwrap();
+    let mut sends = Vec::new();
+    for (tag, n) in [(1, 100_000usize), (2, 100_000)] {
+        let buf = a.copy_engine_mut().mem.insert(pattern(0, tag as u32, n));
+        sends.push(a.isend(0, bb, match_bits(1, tag), 0, buf, SendMode::Standard).unwrap());
+    }
+    let (mut got_b, mut got_a) = (Vec::new(), Vec::new());
+    let mut now = 1;
+    while got_b.len() < 2 || got_a.len() < 2 {
+        now += 1_000;
+        net.set_time(now);
+        a.poll(&mut pa, now);
+        b.poll(&mut pb, now);
+        while let Some(c) = b.pop_completion() {
+            got_b.push(c);
+        }
+        while let Some(c) = a.pop_completion() {
+            got_a.push(c);
+        }
+        assert!(now < 10_000_000_000, "stuck: {got_a:?} {got_b:?}");
+    }
+    let bad_c = got_b.iter().find(|c| c.req == r_bad).unwrap();
+    assert!(matches!(bad_c.result, Err(Error::Copy(_))), "{bad_c:?}");
+    let good_c = got_b.iter().find(|c| c.req == r_good).unwrap();
+    assert!(good_c.result.is_ok(), "{good_c:?}");
+    assert!(b.copy_engine().inner.mem.get(&good).unwrap() == &pattern(0, 2, 100_000));
+    assert!(got_a.iter().all(|c| c.result.is_ok()), "senders complete: {got_a:?}");
 }

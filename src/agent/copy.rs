@@ -1,6 +1,9 @@
-//! [`CopyEngine`] of the agent: the CPU for small payloads and for direct copies into client
-//! address spaces; the dmadev (when given) for payloads of at least `dma_threshold` bytes
-//! into channel buffers, asynchronously, completions polled by the engine loop.
+//! [`CopyEngine`] of the agent: the CPU for small payloads into channel buffers; the dmadev
+//! (when given) for payloads of at least `dma_threshold` bytes into channel buffers; and, for
+//! large messages, the rank's own memory through `process_vm_writev` / `process_vm_readv`,
+//! batched: received frames for a rank are written by one vectored call per poll (or per
+//! 256 frames), and a send buffer is read 256 KiB at a time. Queued copies of every kind
+//! complete in submission order, each with its own outcome.
 
 use super::link::RxFrame;
 use super::memory::{Clients, Target};
@@ -10,14 +13,46 @@ use std::ops::Range;
 use tigon_engine::{BufRef, CopyEngine, CopyError};
 use tigon_pmd::DmaDev;
 
+/// Reads of a rank's send buffer are fetched this much at a time (one system call per block
+/// of frames rather than per frame).
+const READ_AHEAD: usize = 256 * 1024;
+/// Direct writes wait for at most this many frames (or the end of the poll) before one
+/// vectored `process_vm_writev` delivers them all.
+const WRITE_BATCH: usize = 256;
+
+/// A queued copy, in submission order.
+enum Queued {
+    /// Device operations it took (one per mbuf segment).
+    Dma(u16),
+    /// A frame for a rank's own memory, in the write batch.
+    Direct,
+}
+
+struct PendingWrite {
+    frame: RxFrame,
+    range: Range<usize>,
+    pid: i32,
+    addr: u64,
+}
+
+struct ReadCache {
+    key: (u64, u64, u64),
+    start: u64,
+    data: Vec<u8>,
+}
+
 pub struct AgentCopy {
     pub clients: Clients,
     pub dma: Option<DmaDev>,
     pub dma_threshold: usize,
-    /// Device operations each queued copy took (one per mbuf segment), in order.
-    queued: VecDeque<u16>,
+    queued: VecDeque<Queued>,
     ops_done: u64,
+    batch: Vec<PendingWrite>,
+    /// Outcomes of flushed direct writes not yet reported, in order.
+    direct_done: VecDeque<Result<(), CopyError>>,
+    read_cache: Option<ReadCache>,
     pub dma_errors: u64,
+    pub direct_syscalls: u64,
 }
 
 impl AgentCopy {
@@ -28,7 +63,48 @@ impl AgentCopy {
             dma_threshold,
             queued: VecDeque::new(),
             ops_done: 0,
+            batch: Vec::new(),
+            direct_done: VecDeque::new(),
+            read_cache: None,
             dma_errors: 0,
+            direct_syscalls: 0,
+        }
+    }
+
+    /// Delivers the batched direct writes: one vectored system call per run of writes to the
+    /// same process; on failure, piece by piece, so only the pieces that fail report it.
+    fn flush(&mut self) {
+        let batch = std::mem::take(&mut self.batch);
+        let mut i = 0;
+        while i < batch.len() {
+            let pid = batch[i].pid;
+            let mut j = i;
+            while j < batch.len() && batch[j].pid == pid {
+                j += 1;
+            }
+            let pieces: Vec<(&[u8], u64)> =
+                batch[i..j].iter().map(|w| (&w.frame.as_ref()[w.range.clone()], w.addr)).collect();
+            self.direct_syscalls += 1;
+            match tigon_shm::remote::write_vectored(pid, &pieces) {
+                Ok(()) => {
+                    for (b, _) in &pieces {
+                        self.clients.direct_bytes += b.len() as u64;
+                        self.direct_done.push_back(Ok(()));
+                    }
+                }
+                Err(_) => {
+                    for (b, a) in &pieces {
+                        self.direct_syscalls += 1;
+                        let r = tigon_shm::remote::write(pid, *a, b)
+                            .map_err(|e| CopyError(format!("writing the client's buffer: {e}")));
+                        if r.is_ok() {
+                            self.clients.direct_bytes += b.len() as u64;
+                        }
+                        self.direct_done.push_back(r);
+                    }
+                }
+            }
+            i = j;
         }
     }
 }
@@ -64,18 +140,25 @@ impl CopyEngine<RxFrame> for AgentCopy {
             return match dev.copy_from_mbuf(mbuf, range.start, &ext, at) {
                 Ok(_) => {
                     let _ = dev.submit();
-                    self.queued.push_back(segs);
+                    self.queued.push_back(Queued::Dma(segs));
                     self.clients.dma_bytes += n;
                     Ok(false)
                 }
                 Err(e) => Err(CopyError(format!("dmadev: {e}"))),
             };
         }
-        let src = frame
-            .as_ref()
-            .get(range)
-            .ok_or_else(|| CopyError("frame range".into()))?;
-        self.clients.write(dst, off, src)?;
+        if frame.as_ref().get(range.clone()).is_none() {
+            return Err(CopyError("frame range".into()));
+        }
+        if let Target::Direct(pid, addr) = self.clients.resolve(dst, off, range.len())? {
+            self.batch.push(PendingWrite { frame, range, pid, addr });
+            self.queued.push_back(Queued::Direct);
+            if self.batch.len() >= WRITE_BATCH {
+                self.flush();
+            }
+            return Ok(false);
+        }
+        self.clients.write(dst, off, &frame.as_ref()[range])?;
         Ok(true)
     }
 
@@ -84,32 +167,75 @@ impl CopyEngine<RxFrame> for AgentCopy {
     }
 
     fn read(&mut self, src: &BufRef, off: u64, out: &mut [u8]) -> Result<(), CopyError> {
-        self.clients.read(src, off, out)
+        let key = (src.region, src.addr, src.len);
+        if let Some(c) = &self.read_cache
+            && c.key == key
+            && off >= c.start
+            && off + out.len() as u64 <= c.start + c.data.len() as u64
+        {
+            let at = (off - c.start) as usize;
+            out.copy_from_slice(&c.data[at..at + out.len()]);
+            return Ok(());
+        }
+        let Target::Direct(..) = self.clients.resolve(src, off, out.len())? else {
+            return self.clients.read(src, off, out);
+        };
+        // A rank's send buffer: fetch ahead, the next frames will want what follows.
+        let n = (src.len - off).min(READ_AHEAD as u64).max(out.len() as u64) as usize;
+        let mut c = self.read_cache.take().unwrap_or(ReadCache { key, start: 0, data: Vec::new() });
+        c.data.resize(n, 0);
+        self.clients.read(src, off, &mut c.data)?;
+        c.key = key;
+        c.start = off;
+        out.copy_from_slice(&c.data[..out.len()]);
+        self.read_cache = Some(c);
+        Ok(())
     }
 
-    fn poll_completed(&mut self) -> Result<usize, CopyError> {
-        let Some(dev) = self.dma.as_mut() else {
-            return Ok(0);
-        };
+    fn release(&mut self, buf: &BufRef) {
+        if self.read_cache.as_ref().is_some_and(|c| c.key == (buf.region, buf.addr, buf.len)) {
+            self.read_cache = None;
+        }
+    }
+
+    fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>) {
         if self.queued.is_empty() {
-            return Ok(0);
+            return;
         }
-        let c = dev.completed(64);
-        if c.has_error {
-            self.dma_errors += 1;
-            return Err(CopyError("dmadev reported a failed copy".into()));
-        }
-        self.ops_done += c.count as u64;
-        let mut n = 0;
-        while let Some(&ops) = self.queued.front() {
-            if self.ops_done < ops as u64 {
-                break;
+        self.flush();
+        let mut dma_failed = false;
+        if let Some(dev) = self.dma.as_mut() {
+            let c = dev.completed(64);
+            self.ops_done += c.count as u64;
+            if c.has_error {
+                // The failed operation is next: take it (and any others) with their statuses.
+                let mut st = Vec::new();
+                let (n, _) = dev.completed_status(64, &mut st);
+                self.ops_done += n as u64;
+                self.dma_errors += st.iter().filter(|s| !s.is_success()).count() as u64;
+                dma_failed = st.iter().any(|s| !s.is_success());
             }
-            self.ops_done -= ops as u64;
-            self.queued.pop_front();
-            n += 1;
         }
-        Ok(n)
+        while let Some(q) = self.queued.front() {
+            match q {
+                Queued::Dma(ops) => {
+                    if self.ops_done < *ops as u64 {
+                        break;
+                    }
+                    self.ops_done -= *ops as u64;
+                    done.push(if std::mem::take(&mut dma_failed) {
+                        Err(CopyError("dmadev reported a failed copy".into()))
+                    } else {
+                        Ok(())
+                    });
+                }
+                Queued::Direct => match self.direct_done.pop_front() {
+                    Some(r) => done.push(r),
+                    None => break,
+                },
+            }
+            self.queued.pop_front();
+        }
     }
 
     fn copied_bytes(&self) -> (u64, u64) {
