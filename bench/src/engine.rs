@@ -66,7 +66,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
             .map(|_| e.copy_engine_mut().mem.insert(vec![0; size]))
             .collect();
         let spec = MatchSpec::mpi(1, ANY_SOURCE, ANY_TAG);
-        let mut slot = std::collections::HashMap::new();
+        let mut slot = tigon_engine::fasthash::FastMap::default();
         for b in &bufs {
             slot.insert(e.irecv(0, spec, *b).expect("irecv"), *b);
         }
@@ -99,7 +99,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         .map(|i| e.copy_engine_mut().mem.insert(vec![i as u8; size]))
         .collect();
     let mut free: Vec<BufRef> = bufs.clone();
-    let mut slot = std::collections::HashMap::new();
+    let mut slot = tigon_engine::fasthash::FastMap::default();
     let (mut posted, mut done) = (0u64, 0u64);
     let start = Instant::now();
     let mut last_report = Instant::now();

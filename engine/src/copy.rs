@@ -5,7 +5,6 @@
 //! address space in the agent, where a DMA device may do the work asynchronously.
 
 use core::ops::Range;
-use std::collections::HashMap;
 
 /// An opaque reference to message memory: `region` and `addr` mean something to the copy
 /// engine only; `len` is the buffer's capacity in bytes.
@@ -141,33 +140,37 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
 /// offset into it.
 #[derive(Debug, Default)]
 pub struct HeapMemory {
-    regions: HashMap<u64, Vec<u8>>,
-    next: u64,
+    /// Region `i + 1` at index `i` (`None` once taken).
+    regions: Vec<Option<Vec<u8>>>,
 }
 
 impl HeapMemory {
     /// Adds a region holding `data`; returns a reference to all of it.
     pub fn insert(&mut self, data: Vec<u8>) -> BufRef {
-        self.next += 1;
-        let b = BufRef::new(self.next, 0, data.len() as u64);
-        self.regions.insert(self.next, data);
-        b
+        let len = data.len() as u64;
+        self.regions.push(Some(data));
+        BufRef::new(self.regions.len() as u64, 0, len)
     }
     pub fn take(&mut self, b: &BufRef) -> Option<Vec<u8>> {
-        self.regions.remove(&b.region)
+        self.slot_mut(b.region)?.take()
     }
     pub fn get(&self, b: &BufRef) -> Option<&Vec<u8>> {
-        self.regions.get(&b.region)
+        self.regions
+            .get((b.region as usize).checked_sub(1)?)?
+            .as_ref()
+    }
+    fn slot_mut(&mut self, region: u64) -> Option<&mut Option<Vec<u8>>> {
+        self.regions.get_mut((region as usize).checked_sub(1)?)
     }
 }
 
 impl Memory for HeapMemory {
     fn slice(&self, b: &BufRef) -> Option<&[u8]> {
-        let v = self.regions.get(&b.region)?;
+        let v = self.get(b)?;
         v.get(b.addr as usize..(b.addr.checked_add(b.len)?) as usize)
     }
     fn slice_mut(&mut self, b: &BufRef) -> Option<&mut [u8]> {
-        let v = self.regions.get_mut(&b.region)?;
+        let v = self.slot_mut(b.region)?.as_mut()?;
         v.get_mut(b.addr as usize..(b.addr.checked_add(b.len)?) as usize)
     }
 }

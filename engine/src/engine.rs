@@ -1829,7 +1829,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Fails a receive that matched a message. A rendezvous sender is still told FIN (the
     /// message reached this node; the failure is the receiving rank's to see).
     fn fail_recv(&mut self, id: ReqId, e: Error) {
-        if let Some(RecvReq { state: RecvState::Pulling { peer, msg_id, .. }, .. }) = self.recv_mut(id) {
+        if let Some(RecvReq {
+            state: RecvState::Pulling { peer, msg_id, .. },
+            ..
+        }) = self.recv_mut(id)
+        {
             let (peer, msg_id) = (*peer, *msg_id);
             self.peers[peer].pulls.remove(&msg_id);
             self.peers[peer].pending.push_back(desc(Kind::Fin, msg_id));

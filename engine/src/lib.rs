@@ -12,7 +12,7 @@ pub mod channel;
 pub mod config;
 pub mod copy;
 mod engine;
-mod fasthash;
+pub mod fasthash;
 pub mod link;
 pub mod matching;
 pub mod memlink;

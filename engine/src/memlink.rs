@@ -84,8 +84,11 @@ impl Link for MemLink {
     }
     fn alloc_tx(&mut self, len: usize) -> Option<Vec<u8>> {
         let mut v = self.tx.spare.pop().unwrap_or_default();
-        v.clear();
-        v.resize(len, 0);
+        // Same-size frames reuse their buffer as is: the engine overwrites every byte.
+        if v.len() != len {
+            v.clear();
+            v.resize(len, 0);
+        }
         Some(v)
     }
     fn tx_burst(&mut self, frames: &mut Vec<Vec<u8>>) {

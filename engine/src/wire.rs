@@ -358,45 +358,35 @@ pub fn checksum(frame: &[u8]) -> u32 {
     fn mix(h: u64, w: u64) -> u64 {
         (h.rotate_left(23) ^ w).wrapping_mul(K)
     }
+    #[inline(always)]
+    fn feed(l: &mut [u64; 4], bytes: &[u8]) {
+        let (quads, rest) = bytes.as_chunks::<32>();
+        for q in quads {
+            let (w, _) = q.as_chunks::<8>();
+            for k in 0..4 {
+                l[k] = mix(l[k], u64::from_le_bytes(w[k]));
+            }
+        }
+        for (k, c) in rest.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            l[k] = mix(l[k], u64::from_le_bytes(w) ^ ((c.len() as u64) << 56));
+        }
+    }
+    let mut l = [frame.len() as u64, K, K.rotate_left(17), K.rotate_left(31)];
     // The headers, with the checksum field zeroed, go through a stack copy; the payload
-    // after them is hashed in place without per-word checks.
-    let head_len = OVERHEAD
-        .min(frame.len())
-        .next_multiple_of(8)
-        .min(frame.len());
-    let mut head = [0u8; OVERHEAD.next_multiple_of(8)];
+    // after them is hashed in place.
+    const HEAD: usize = OVERHEAD.next_multiple_of(32);
+    let head_len = HEAD.min(frame.len());
+    let mut head = [0u8; HEAD];
     head[..head_len].copy_from_slice(&frame[..head_len]);
     let ck = field::CHECKSUM;
     if head_len >= ck.end {
         head[ck].fill(0);
     }
-    let mut lanes = [frame.len() as u64, K, K.rotate_left(17), K.rotate_left(31)];
-    let feed = |bytes: &[u8], lanes: &mut [u64; 4]| {
-        let mut quads = bytes.chunks_exact(32);
-        for q in &mut quads {
-            for (i, l) in lanes.iter_mut().enumerate() {
-                *l = mix(
-                    *l,
-                    u64::from_le_bytes(q[i * 8..i * 8 + 8].try_into().expect("8")),
-                );
-            }
-        }
-        let rest = quads.remainder();
-        let mut words = rest.chunks(8);
-        for (i, l) in lanes.iter_mut().enumerate() {
-            if let Some(c) = words.next() {
-                let mut w = [0u8; 8];
-                w[..c.len()].copy_from_slice(c);
-                *l = mix(
-                    *l,
-                    u64::from_le_bytes(w) ^ ((c.len() as u64) << 56 | i as u64),
-                );
-            }
-        }
-    };
-    feed(&head[..head_len], &mut lanes);
-    feed(&frame[head_len..], &mut lanes);
-    let h = lanes.iter().fold(0u64, |h, &l| mix(h, l));
+    feed(&mut l, &head[..head_len]);
+    feed(&mut l, &frame[head_len..]);
+    let h = mix(mix(mix(mix(0, l[0]), l[1]), l[2]), l[3]);
     (h ^ (h >> 32)) as u32
 }
 

@@ -154,7 +154,13 @@ struct FailingCopy {
 }
 
 impl CopyEngine<Vec<u8>> for FailingCopy {
-    fn copy_from_frame(&mut self, frame: Vec<u8>, range: Range<usize>, dst: &BufRef, off: u64) -> Result<bool, CopyError> {
+    fn copy_from_frame(
+        &mut self,
+        frame: Vec<u8>,
+        range: Range<usize>,
+        dst: &BufRef,
+        off: u64,
+    ) -> Result<bool, CopyError> {
         self.verdicts.push_back(dst.region != self.bad);
         if dst.region == self.bad {
             // Queue it like the device would, then fail it at completion.
@@ -189,11 +195,32 @@ fn a_failed_copy_fails_only_its_receive_and_the_sender_still_completes() {
     let net = SimNet::new(Faults::default(), 2);
     let mut pa = net.port(common::mac(0), 1514);
     let mut pb = net.port(common::mac(1), 1514);
-    let mut a: Engine<SimPort, CpuCopy<HeapMemory>> =
-        Engine::new(Config::default(), common::mac(0), 1514, CpuCopy::new(HeapMemory::default())).unwrap();
-    let lag = LaggyCopy { mem: HeapMemory::default(), threshold: 0, lag: 3, queue: VecDeque::new(), device_bytes: 0, cpu_bytes: 0 };
-    let mut b: Engine<SimPort, FailingCopy> =
-        Engine::new(Config::default(), common::mac(1), 1514, FailingCopy { inner: lag, bad: u64::MAX, verdicts: VecDeque::new() }).unwrap();
+    let mut a: Engine<SimPort, CpuCopy<HeapMemory>> = Engine::new(
+        Config::default(),
+        common::mac(0),
+        1514,
+        CpuCopy::new(HeapMemory::default()),
+    )
+    .unwrap();
+    let lag = LaggyCopy {
+        mem: HeapMemory::default(),
+        threshold: 0,
+        lag: 3,
+        queue: VecDeque::new(),
+        device_bytes: 0,
+        cpu_bytes: 0,
+    };
+    let mut b: Engine<SimPort, FailingCopy> = Engine::new(
+        Config::default(),
+        common::mac(1),
+        1514,
+        FailingCopy {
+            inner: lag,
+            bad: u64::MAX,
+            verdicts: VecDeque::new(),
+        },
+    )
+    .unwrap();
     a.open_endpoint(Some(0)).unwrap();
     let bb = b.open_endpoint(Some(0)).unwrap();
     let good = b.copy_engine_mut().inner.mem.insert(vec![0; 100_000]);
@@ -204,7 +231,10 @@ fn a_failed_copy_fails_only_its_receive_and_the_sender_still_completes() {
     let mut sends = Vec::new();
     for (tag, n) in [(1, 100_000usize), (2, 100_000)] {
         let buf = a.copy_engine_mut().mem.insert(pattern(0, tag as u32, n));
-        sends.push(a.isend(0, bb, match_bits(1, tag), 0, buf, SendMode::Standard).unwrap());
+        sends.push(
+            a.isend(0, bb, match_bits(1, tag), 0, buf, SendMode::Standard)
+                .unwrap(),
+        );
     }
     let (mut got_b, mut got_a) = (Vec::new(), Vec::new());
     let mut now = 1;
@@ -226,5 +256,8 @@ fn a_failed_copy_fails_only_its_receive_and_the_sender_still_completes() {
     let good_c = got_b.iter().find(|c| c.req == r_good).unwrap();
     assert!(good_c.result.is_ok(), "{good_c:?}");
     assert!(b.copy_engine().inner.mem.get(&good).unwrap() == &pattern(0, 2, 100_000));
-    assert!(got_a.iter().all(|c| c.result.is_ok()), "senders complete: {got_a:?}");
+    assert!(
+        got_a.iter().all(|c| c.result.is_ok()),
+        "senders complete: {got_a:?}"
+    );
 }

@@ -82,8 +82,10 @@ impl AgentCopy {
             while j < batch.len() && batch[j].pid == pid {
                 j += 1;
             }
-            let pieces: Vec<(&[u8], u64)> =
-                batch[i..j].iter().map(|w| (&w.frame.as_ref()[w.range.clone()], w.addr)).collect();
+            let pieces: Vec<(&[u8], u64)> = batch[i..j]
+                .iter()
+                .map(|w| (&w.frame.as_ref()[w.range.clone()], w.addr))
+                .collect();
             self.direct_syscalls += 1;
             match tigon_shm::remote::write_vectored(pid, &pieces) {
                 Ok(()) => {
@@ -151,7 +153,12 @@ impl CopyEngine<RxFrame> for AgentCopy {
             return Err(CopyError("frame range".into()));
         }
         if let Target::Direct(pid, addr) = self.clients.resolve(dst, off, range.len())? {
-            self.batch.push(PendingWrite { frame, range, pid, addr });
+            self.batch.push(PendingWrite {
+                frame,
+                range,
+                pid,
+                addr,
+            });
             self.queued.push_back(Queued::Direct);
             if self.batch.len() >= WRITE_BATCH {
                 self.flush();
@@ -182,7 +189,11 @@ impl CopyEngine<RxFrame> for AgentCopy {
         };
         // A rank's send buffer: fetch ahead, the next frames will want what follows.
         let n = (src.len - off).min(READ_AHEAD as u64).max(out.len() as u64) as usize;
-        let mut c = self.read_cache.take().unwrap_or(ReadCache { key, start: 0, data: Vec::new() });
+        let mut c = self.read_cache.take().unwrap_or(ReadCache {
+            key,
+            start: 0,
+            data: Vec::new(),
+        });
         c.data.resize(n, 0);
         self.clients.read(src, off, &mut c.data)?;
         c.key = key;
@@ -193,7 +204,11 @@ impl CopyEngine<RxFrame> for AgentCopy {
     }
 
     fn release(&mut self, buf: &BufRef) {
-        if self.read_cache.as_ref().is_some_and(|c| c.key == (buf.region, buf.addr, buf.len)) {
+        if self
+            .read_cache
+            .as_ref()
+            .is_some_and(|c| c.key == (buf.region, buf.addr, buf.len))
+        {
             self.read_cache = None;
         }
     }

@@ -69,17 +69,30 @@ pub fn write_vectored(pid: i32, pieces: &[(&[u8], u64)]) -> io::Result<()> {
     for chunk in pieces.chunks(IOV_MAX) {
         let local: Vec<libc::iovec> = chunk
             .iter()
-            .map(|(b, _)| libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() })
+            .map(|(b, _)| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
             .collect();
         let remote: Vec<libc::iovec> = chunk
             .iter()
-            .map(|(b, a)| libc::iovec { iov_base: *a as usize as *mut libc::c_void, iov_len: b.len() })
+            .map(|(b, a)| libc::iovec {
+                iov_base: *a as usize as *mut libc::c_void,
+                iov_len: b.len(),
+            })
             .collect();
         let want: usize = chunk.iter().map(|(b, _)| b.len()).sum();
         // SAFETY: `local` describes slices we hold (only read by the kernel); `remote` holds
         // addresses in the other process, checked by the kernel (EFAULT if invalid).
         let n = unsafe {
-            libc::process_vm_writev(pid, local.as_ptr(), local.len() as libc::c_ulong, remote.as_ptr(), remote.len() as libc::c_ulong, 0)
+            libc::process_vm_writev(
+                pid,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
         };
         if n < 0 {
             return Err(io::Error::last_os_error());
@@ -138,7 +151,11 @@ mod tests {
         let pid = std::process::id() as i32;
         let mut t = vec![0u8; 12];
         let base = t.as_mut_ptr() as u64;
-        super::write_vectored(pid, &[(b"abc", base), (b"defg", base + 3), (b"hi", base + 10)]).unwrap();
+        super::write_vectored(
+            pid,
+            &[(b"abc", base), (b"defg", base + 3), (b"hi", base + 10)],
+        )
+        .unwrap();
         assert_eq!(&std::hint::black_box(&t)[..], b"abcdefg\0\0\0hi");
         assert!(super::write_vectored(pid, &[(b"abc", base), (b"x", 8)]).is_err());
     }
