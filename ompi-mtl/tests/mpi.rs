@@ -125,6 +125,20 @@ fn rank_killed_mid_transfer() {
         r.text()
     );
     assert!(agents.alive(), "an agent died with the rank");
+    // Without mpirun's own abort (--enable-recovery keeps the job going when a process dies),
+    // the survivor's MPI_Send returns an error once the peer times out: no hang.
+    let mut m = Mpirun::new(2, &agents);
+    m.timeout = Duration::from_secs(120);
+    m.extra = vec!["--enable-recovery".into()];
+    let r = m.run(&prog);
+    assert!(
+        !r.timed_out
+            && r.stderr
+                .contains("rank 0: MPI_Send to the dead rank failed"),
+        "the survivor should get an MPI error: {}",
+        r.text()
+    );
+    assert!(agents.alive(), "an agent died with the rank");
     let next = Mpirun::new(2, &agents).run(&program("p2p_basic"));
     next.assert_ok("p2p_basic");
 }
@@ -146,6 +160,7 @@ fn declines_without_agent() {
         tigon: false,
         sockets: vec![sock.clone()],
         env: Vec::new(),
+        extra: Vec::new(),
     };
     let r = m.run(&prog);
     r.assert_ok("p2p_basic");
@@ -173,6 +188,7 @@ fn explicit_request_without_agent_fails() {
             tigon: false,
             sockets: vec![sock.clone()],
             env: Vec::new(),
+            extra: Vec::new(),
         };
         if with_cm {
             m.mca.push(("pml".into(), "cm".into()));

@@ -257,6 +257,8 @@ pub struct Mpirun {
     /// Sockets of the agents ranks spread over (first half of the ranks on the first).
     pub sockets: Vec<PathBuf>,
     pub env: Vec<(String, String)>,
+    /// More mpirun options.
+    pub extra: Vec<String>,
 }
 
 impl Mpirun {
@@ -269,6 +271,7 @@ impl Mpirun {
             tigon: true,
             sockets: agents.sockets.clone(),
             env: Vec::new(),
+            extra: Vec::new(),
         }
     }
 
@@ -289,6 +292,7 @@ impl Mpirun {
         for (k, v) in &self.mca {
             c.args(["--mca", k, v]);
         }
+        c.args(&self.extra);
         // Ranks 0..ceil(np/n) on the first agent, and so on: one app context per agent.
         let n = self.sockets.len().max(1);
         let per = self.np.div_ceil(n);

@@ -11,6 +11,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     const size_t len = 8u << 20;
     unsigned char *b = xmalloc(len);
     fill(b, len, 1);
@@ -27,7 +28,10 @@ int main(int argc, char **argv)
         } else if (rank == 0) {
             int rc = MPI_Send(b, (int) len, MPI_BYTE, 1, i, MPI_COMM_WORLD);
             if (rc != MPI_SUCCESS) {
-                fprintf(stderr, "rank 0: MPI_Send failed as it should (%d)\n", rc);
+                char msg[MPI_MAX_ERROR_STRING];
+                int n;
+                MPI_Error_string(rc, msg, &n);
+                fprintf(stderr, "rank 0: MPI_Send to the dead rank failed: %s\n", msg);
                 MPI_Abort(MPI_COMM_WORLD, 3);
             }
         } else {
