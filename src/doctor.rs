@@ -4,7 +4,7 @@
 //! node cannot run tigon. Starts no DPDK: it runs next to a live agent.
 
 use crate::agent::AgentArgs;
-use crate::fabric::{OMPI_COMPONENT_DIR, mtl_dir};
+use crate::fabric::OMPI_COMPONENT_DIR;
 use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
@@ -243,14 +243,12 @@ fn meminfo(key: &str) -> Option<u64> {
 fn mount_type(dir: &Path) -> Option<String> {
     let dir = std::fs::canonicalize(dir).ok()?;
     let text = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, at, ty) = (f.next()?, f.next()?, f.next()?);
-            // /proc/mounts escapes spaces as \040.
-            (Path::new(&at.replace("\\040", " ")) == dir).then(|| ty.to_string())
-        })
-        .last()
+    text.lines().rev().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, at, ty) = (f.next()?, f.next()?, f.next()?);
+        // /proc/mounts escapes spaces as \040.
+        (Path::new(&at.replace("\\040", " ")) == dir).then(|| ty.to_string())
+    })
 }
 
 fn hugepages(dir: &Path, no_huge: bool, port: Option<&str>) -> Check {
@@ -296,9 +294,9 @@ fn hugepages(dir: &Path, no_huge: bool, port: Option<&str>) -> Check {
             // Mounting over a directory in use would hide what it holds.
             let busy = std::fs::read_dir(dir).is_ok_and(|mut rd| rd.next().is_some());
             let at = if busy {
-                Path::new("/dev/hugepages").display()
+                "/dev/hugepages".to_string()
             } else {
-                d
+                d.to_string()
             };
             let mut fix = Vec::new();
             if busy && dir != Path::new("/dev/hugepages") {
@@ -563,7 +561,8 @@ fn iommu(port: Option<&str>) -> Check {
             Some(_) => "not needed for a vdev port".to_string(),
             None => "needed only to bind a NIC to vfio-pci".to_string(),
         };
-        return if groups > 0 || noiommu {
+        // Only a node whose port is unknown may still want vfio-pci: warn then.
+        return if groups > 0 || noiommu || port.is_some() {
             Check::ok("iommu", format!("{state} ({why})"))
         } else {
             Check::warn("iommu", format!("{state}: {why}"), &enable)
@@ -772,22 +771,52 @@ fn openmpi() -> Check {
     }
 }
 
+/// Where the doctor looks for the component, in order: $TIGON_MTL_DIR, this executable's
+/// `ompi/` subdirectory and its own directory, Open MPI's component directory. (Only looks:
+/// unlike `tigon run`, it makes no links to a cargo build's `libmca_mtl_tigon.so`.)
+fn mtl_candidates(exe_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut c: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("TIGON_MTL_DIR") {
+        c.push(d.into());
+    }
+    if let Some(d) = exe_dir {
+        c.push(d.join("ompi"));
+        c.push(d.to_path_buf());
+    }
+    c.push(OMPI_COMPONENT_DIR.into());
+    c
+}
+
 fn mtl(dir: Option<&Path>) -> Check {
     let exe_dir = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf));
     let dir = match dir {
         Some(d) => Some(d.to_path_buf()),
-        None => mtl_dir(),
+        None => mtl_candidates(exe_dir.as_deref())
+            .into_iter()
+            .find(|d| d.join(MTL_FILE).exists()),
     };
+    // A cargo build leaves the component next to `tigon` under its library name.
+    let built = exe_dir
+        .as_ref()
+        .map(|d| d.join("libmca_mtl_tigon.so"))
+        .filter(|p| p.exists());
     let install_into = |d: &str| {
-        cmds![
-            "# in the tigon source tree:",
-            "cargo build --release -p tigon-ompi-mtl",
-            format!("install -m 0644 target/release/libmca_mtl_tigon.so {d}/{MTL_FILE}"),
+        let mut fix = match &built {
+            Some(b) => cmds![format!("install -m 0644 {} {d}/{MTL_FILE}", b.display())].to_vec(),
+            None => cmds![
+                "# in the tigon source tree:",
+                "cargo build --release -p tigon-ompi-mtl",
+                format!("install -m 0644 target/release/libmca_mtl_tigon.so {d}/{MTL_FILE}"),
+            ]
+            .to_vec(),
+        };
+        fix.extend(cmds![
             format!("install -m 0644 ompi-mtl/help-mtl-tigon.txt {d}/"),
             "# or everything (tigon, the component, the systemd unit): make release && scripts/install.sh",
-        ]
+        ]);
+        fix
     };
     let Some(dir) = dir.clone().filter(|d| d.join(MTL_FILE).exists()) else {
         let (where_, to) = match dir {
