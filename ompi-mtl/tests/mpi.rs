@@ -47,7 +47,7 @@ fn p2p_basic_4_ranks() {
 
 #[test]
 fn order_2_ranks() {
-    run("order", 2, &["3000"]);
+    run("order", 2, &["2000"]);
 }
 
 #[test]

@@ -116,6 +116,21 @@ pub fn program(name: &str) -> PathBuf {
     out
 }
 
+/// Makes the child receive `sig` when this (test) process dies, however it dies: a test killed
+/// by nextest's timeout must not leave agents or mpirun behind (they run in their own process
+/// groups, which the test runner's kill does not reach).
+fn die_with_parent(c: &mut Command, sig: i32) {
+    // SAFETY: prctl is async-signal-safe and touches only the child between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Two agents over a memif link (lcores 0 and 1, idle policy `yield`), killed on drop.
 pub struct Agents {
     pub dir: PathBuf,
@@ -139,19 +154,22 @@ impl Agents {
         for (i, role) in ["server", "client"].iter().enumerate() {
             let sock = dir.join(format!("agent{i}.sock"));
             let log = std::fs::File::create(dir.join(format!("agent{i}.log"))).expect("log");
-            let child = Command::new(tigon_bin())
-                .arg("agent")
+            let mut cmd = Command::new(tigon_bin());
+            cmd.arg("agent")
                 .arg("--port")
                 .arg(format!("net_memif0,role={role},socket={}", memif.display()))
                 .args(["--lcore", &i.to_string(), "--idle", "yield"])
+                // A loaded 2-core machine can starve an agent for a while: do not mistake that
+                // for a dead peer (the default is 5 s).
+                .args(["--peer-timeout-ms", "15000"])
                 .arg("--socket")
                 .arg(&sock)
                 .env("RUST_LOG", "warn")
                 .stdout(log.try_clone().expect("dup"))
                 .stderr(log)
-                .process_group(0)
-                .spawn()
-                .expect("spawning tigon agent");
+                .process_group(0);
+            die_with_parent(&mut cmd, libc::SIGINT);
+            let child = cmd.spawn().expect("spawning tigon agent");
             a.children.push(child);
             a.sockets.push(sock.clone());
             // Serving: the agent answers a stats request once its port is up (its control
@@ -334,6 +352,7 @@ pub fn run_with_timeout(mut c: Command, timeout: Duration) -> Run {
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .process_group(0);
+    die_with_parent(&mut c, libc::SIGTERM);
     let mut child = c.spawn().expect("spawning mpirun");
     let pgid = child.id() as i32;
     let mut timed_out = false;
