@@ -317,6 +317,8 @@ void *tigon_message_take(struct ompi_message_t **msg)
 
 void tigon_message_null(struct ompi_message_t **msg) { *msg = MPI_MESSAGE_NULL; }
 
+void tigon_abort(int code, const char *msg) { ompi_rte_abort(code, "%s", msg); }
+
 int tigon_fence(void)
 {
     if (NULL == opal_pmix.fence) {

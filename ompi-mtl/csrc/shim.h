@@ -91,6 +91,9 @@ struct ompi_message_t *tigon_message_alloc(struct ompi_communicator_t *comm, int
 void *tigon_message_take(struct ompi_message_t **msg);
 void tigon_message_null(struct ompi_message_t **msg);
 
+/* Ends this process through Open MPI's runtime (mpirun then ends the job), printing `msg`. */
+void tigon_abort(int code, const char *msg);
+
 /* A PMIx fence over every process of the job (no MPI traffic; does not call opal_progress). */
 int tigon_fence(void);
 

@@ -30,6 +30,14 @@ pub fn show_help(topic: &str, fallback: &str, a1: &str, a2: &str) {
     unsafe { ffi::tigon_show_help(t.as_ptr(), f.as_ptr(), x.as_ptr(), y.as_ptr()) };
 }
 
+/// Ends this process through Open MPI's runtime (which ends the job), after printing `msg`.
+pub fn abort(msg: &str) -> ! {
+    let m = cstring(msg);
+    // SAFETY: `m` is a valid C string; ompi_rte_abort does not return.
+    unsafe { ffi::tigon_abort(ffi::OMPI_ERR_UNREACH, m.as_ptr()) };
+    std::process::abort()
+}
+
 /// This process's host name.
 pub fn hostname() -> String {
     // SAFETY: the shim returns a string owned by Open MPI for the life of the process.

@@ -127,7 +127,14 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
     if ctx == 0 {
         m.detached_sends.fetch_sub(1, Ordering::AcqRel);
         if let Err(e) = &result {
+            // The send completed at the MPI level long ago: there is no request to fail, and
+            // its receiver would wait forever. Like Open MPI's own transports on a fatal
+            // error, end the job.
             failure(m, e);
+            report::abort(&format!(
+                "mtl:tigon: a message sent earlier by this process was lost ({e}); aborting \
+                 the job"
+            ));
         }
         return;
     }
