@@ -39,6 +39,17 @@ fn p2p_basic_2_ranks() {
     }
 }
 
+/// With `mpi_add_procs_cutoff` above the job size, Open MPI passes every process to add_procs
+/// at MPI_Init (by default, 0, it adds only some and the MTL looks the others up on first use).
+#[test]
+fn p2p_basic_all_procs_added_at_init() {
+    let prog = program("p2p_basic");
+    let agents = Agents::start("addall");
+    let mut m = Mpirun::new(3, &agents);
+    m.mca = vec![("mpi_add_procs_cutoff".into(), "1024".into())];
+    m.run(&prog).assert_ok("p2p_basic");
+}
+
 #[test]
 fn p2p_basic_4_ranks() {
     // Two ranks per agent: neighbours on the same node talk through the agent's loopback.
