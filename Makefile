@@ -20,6 +20,7 @@ setup:
 
 test:
 	@$(SETUP) && \
+	$(CARGO) build -j$(JOBS) -q -p tigon-ompi-mtl && \
 	$(CARGO) nextest run --workspace --cargo-quiet --build-jobs $(JOBS) && \
 	$(CARGO) test -j$(JOBS) --workspace --doc -q && \
 	$(CARGO) clippy -j$(JOBS) --workspace --all-targets -q -- -D warnings && \
