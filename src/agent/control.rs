@@ -118,7 +118,7 @@ impl Control {
                 let (tx, rx) = mpsc::channel();
                 let _ = self.cmds.send(Cmd::Stats { reply: tx });
                 let stats = rx
-                    .recv_timeout(Duration::from_secs(2))
+                    .recv_timeout(Duration::from_secs(10))
                     .unwrap_or(serde_json::json!({"error": "engine busy"}));
                 send_line(&s, &Reply::Stats { stats });
                 None

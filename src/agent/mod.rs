@@ -332,13 +332,22 @@ fn engine_main(
         a.dma.as_deref().unwrap_or("none"),
         if spin { "spin" } else { "yield" }
     );
+    if !spin {
+        tigon_shm::signals::set_timer_slack_ns(1000);
+    }
     let t0 = Instant::now();
     let mut last_beat = Instant::now();
     let mut idle_rounds = 0u32;
     let mut loops = 0u32;
+    // Scheduling seen by the engine: the longest time between two loop iterations, and how
+    // many gaps exceeded 100 ms (a descheduled engine looks like a dead peer to the others).
+    let mut gaps = LoopGaps::default();
+    let mut last_iter = 0u64;
     let mut shutdown_at: Option<Instant> = None;
     loop {
         let now = t0.elapsed().as_nanos() as u64;
+        gaps.note(now.saturating_sub(last_iter));
+        last_iter = now;
         let mut work = eng.poll(&mut link, now);
         work += served.requests(&mut eng, 32);
         work += served.completions(&mut eng);
@@ -359,7 +368,7 @@ fn engine_main(
                     }
                     Cmd::Detach { slot } => served.detach(&mut eng, slot),
                     Cmd::Stats { reply } => {
-                        let _ = reply.send(stats_json(&eng, &served, &link));
+                        let _ = reply.send(stats_json(&eng, &served, &link, &gaps));
                     }
                 }
             }
@@ -383,11 +392,14 @@ fn engine_main(
         if work == 0 {
             idle_rounds = idle_rounds.wrapping_add(1);
             if !spin {
-                if idle_rounds > 1000 {
-                    std::thread::sleep(Duration::from_micros(50));
-                } else {
-                    std::thread::yield_now();
-                }
+                // Short real sleeps, never sched_yield: on EEVDF kernels (Linux 6.6+) every
+                // sched_yield pushes the caller's virtual deadline a slice further, so an
+                // engine that yielded through an idle spell is then starved for seconds by
+                // CPU-bound neighbours on its core (measured here: 4-10 s gaps between loop
+                // iterations, and peers declared unreachable). A sleep keeps its place; the
+                // thread's timer slack is 1 µs, so the first thousand stay short.
+                let us = if idle_rounds > 1000 { 50 } else { 2 };
+                std::thread::sleep(Duration::from_micros(us));
             } else {
                 std::hint::spin_loop();
             }
@@ -418,10 +430,26 @@ fn register(eal: &Eal, ch: &tigon_engine::channel::Channel) -> Option<std::sync:
     }
 }
 
+#[derive(Debug, Default, serde::Serialize)]
+struct LoopGaps {
+    max_gap_us: u64,
+    gaps_over_100ms: u64,
+}
+
+impl LoopGaps {
+    fn note(&mut self, ns: u64) {
+        self.max_gap_us = self.max_gap_us.max(ns / 1000);
+        if ns > 100_000_000 {
+            self.gaps_over_100ms += 1;
+        }
+    }
+}
+
 fn stats_json(
     eng: &Engine<link::PortLink, copy::AgentCopy>,
     served: &serve::Served,
     link: &link::PortLink,
+    gaps: &LoopGaps,
 ) -> serde_json::Value {
     let s = &eng.stats;
     let c = eng.copy_engine();
@@ -446,6 +474,7 @@ fn stats_json(
         },
         "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts },
         "link": link.stats,
+        "engine_loop": gaps,
         "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
     })
 }

@@ -49,3 +49,10 @@ pub fn thread_cpu_ns() -> u64 {
     }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// Sets this thread's timer slack (how late the kernel may wake a sleeping thread), so an
+/// engine that naps when idle wakes within about `ns`.
+pub fn set_timer_slack_ns(ns: u64) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
+}
