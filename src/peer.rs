@@ -47,6 +47,10 @@ enum Mode {
         /// messages then arrive expected (straight into their buffers) instead of unexpected.
         #[arg(long)]
         prepost: bool,
+        /// Receive each message only once `iprobe` sees it: every message is unexpected when
+        /// it arrives (eager ones wait in the agent's store, rendezvous ones as an RTS).
+        #[arg(long, conflicts_with = "prepost")]
+        late: bool,
     },
     /// Ping-pong: the `first` peer measures half round trips and bandwidth.
     Pingpong {
@@ -137,6 +141,7 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
             sizes,
             rounds,
             prepost,
+            late,
         } => {
             let peer = peer.ok_or("--peer is required")?;
             let sizes: Vec<usize> = sizes
@@ -166,7 +171,7 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
                 }
                 for (i, &n) in sizes.iter().enumerate() {
                     let tag = (r as usize * sizes.len() + i) as i32;
-                    if !*prepost {
+                    if !*prepost && !*late {
                         recvs.push(post(i, n)?);
                     }
                     let data = pattern(((a.rank as u64) << 40) | tag as u64, n);
@@ -182,6 +187,27 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
                         c.isend_vec(peer, match_bits(CTX, tag), a.rank, data, SendMode::Standard)
                     };
                     sends.push(s.map_err(err)?);
+                }
+                if *late {
+                    for (i, &n) in sizes.iter().enumerate() {
+                        let tag = (r as usize * sizes.len() + i) as i32;
+                        let deadline = Instant::now() + Duration::from_secs(120);
+                        let st = loop {
+                            if let Some(st) =
+                                c.iprobe(MatchSpec::mpi(CTX, ANY, tag)).map_err(err)?
+                            {
+                                break st;
+                            }
+                            if Instant::now() > deadline {
+                                return Err(format!("message tag {tag} never showed up"));
+                            }
+                            std::thread::sleep(Duration::from_micros(100));
+                        };
+                        if st.len as usize != n {
+                            return Err(format!("probe of tag {tag}: {} B, sent {n}", st.len));
+                        }
+                        recvs.push(post(i, n)?);
+                    }
                 }
                 for (r, n, tag) in recvs {
                     match c.wait(r).map_err(err)? {

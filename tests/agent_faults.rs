@@ -200,8 +200,12 @@ fn client_of_a_uid_not_allowed_is_refused() {
     std::fs::write(&cfg, r#"{ "allow-uid": [0, 65534], "idle": "yield" }"#).unwrap();
     let b = lone_agent(&dir, "b", 1, &["--config", cfg.to_str().unwrap()]);
     let mode = ["exchange", "--sizes", "0,100,40k,1M"];
-    let mut n = Peer::spawn_with(NOBODY, &dir, &b.socket, "n2", Some("r2"), 0, &mode);
-    let mut r = Peer::spawn(&dir, &b, "r2", Some("n2"), 1, &mode);
-    n.wait_ok(Duration::from_secs(60));
-    r.wait_ok(Duration::from_secs(60));
+    let mut peers = [
+        Peer::spawn_with(NOBODY, &dir, &b.socket, "n2", Some("r2"), 0, &mode),
+        Peer::spawn(&dir, &b, "r2", Some("n2"), 1, &mode),
+    ];
+    for out in wait_peers("nobody", &mut peers, &[&b], Duration::from_secs(120)) {
+        println!("nobody and root: {}", out.trim());
+    }
+    println!("agent b: {}", b.stats());
 }

@@ -156,10 +156,27 @@ impl Agent {
         self.child.as_ref().expect("agent running").id()
     }
 
-    /// Its counters (`tigon stats`).
+    /// Its counters (`tigon stats`). An engine descheduled for a while answers late (the
+    /// control thread then replies `{"error": ...}`): ask again, for up to a minute.
     pub fn stats(&self) -> Value {
-        tigon_client::agent_stats(&self.socket)
-            .unwrap_or_else(|e| panic!("stats of agent {}: {e}\n{}", self.name, self.log_tail()))
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = tigon_client::agent_stats(&self.socket);
+            match r {
+                Ok(v) if v.get("error").is_none() => return v,
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Ok(v) => panic!("stats of agent {}: {v}\n{}", self.name, self.log_tail()),
+                Err(e) => panic!("stats of agent {}: {e}\n{}", self.name, self.log_tail()),
+            }
+        }
+    }
+
+    /// Its counters, or the error, without waiting (for failure reports).
+    pub fn stats_now(&self) -> String {
+        match tigon_client::agent_stats(&self.socket) {
+            Ok(v) => v.to_string(),
+            Err(e) => e,
+        }
     }
 
     pub fn log_tail(&self) -> String {
@@ -367,6 +384,11 @@ impl Peer {
             let _ = c.wait();
         }
     }
+
+    /// Whether it has exited (it is reaped by [`Peer::wait`]).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
 }
 
 impl Drop for Peer {
@@ -388,19 +410,54 @@ pub fn exchange(dir: &TestDir, run: &str, pairs: &[(&Agent, &Agent)], extra: &[&
     let mut mode = vec!["exchange", "--sizes", SIZES];
     mode.extend_from_slice(extra);
     let mut peers = Vec::new();
+    let mut agents: Vec<&Agent> = Vec::new();
     for (i, (x, y)) in pairs.iter().enumerate() {
         let (a, b) = (format!("{run}-{i}x"), format!("{run}-{i}y"));
         peers.push(Peer::spawn(dir, x, &a, Some(&b), 2 * i as u32, &mode));
         peers.push(Peer::spawn(dir, y, &b, Some(&a), 2 * i as u32 + 1, &mode));
+        for z in [*x, *y] {
+            if !agents.iter().any(|g| std::ptr::eq(*g, z)) {
+                agents.push(z);
+            }
+        }
     }
-    for p in &mut peers {
-        let out = p.wait_ok(Duration::from_secs(240));
+    let outs = wait_peers(run, &mut peers, &agents, Duration::from_secs(240));
+    for (p, out) in peers.iter().zip(outs) {
         let v: Value = serde_json::from_str(out.trim())
             .unwrap_or_else(|e| panic!("peer {} printed `{out}`: {e}", p.name));
         assert_eq!(v["sent"], n_sizes * rounds, "{}: {v}", p.name);
         assert_eq!(v["received"], n_sizes * rounds, "{}: {v}", p.name);
         println!("exchange {run}: {}: {v}", p.name);
     }
+}
+
+/// Waits until every peer has exited successfully (within `timeout` for all); returns their
+/// stdouts. When one fails or hangs, prints what the agents were doing, then panics.
+pub fn wait_peers(
+    what: &str,
+    peers: &mut [Peer],
+    agents: &[&Agent],
+    timeout: Duration,
+) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    let mut outs = Vec::new();
+    for p in peers.iter_mut() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ended = eventually(left, || p.exited()).then(|| p.wait(Duration::from_secs(5)));
+        let Some(Ended { stdout, .. }) = ended.filter(|e| e.status.success()) else {
+            for g in agents {
+                eprintln!("{what}: agent {} stats: {}", g.name, g.stats_now());
+            }
+            let (out, err) = (p.stdout(), p.stderr());
+            p.kill();
+            panic!(
+                "{what}: peer {} failed or still running after {timeout:?}; stdout:\n{out}\nstderr:\n{err}",
+                p.name
+            );
+        };
+        outs.push(stdout);
+    }
+    outs
 }
 
 /// Two agents joined by a memif pair: `a` (server, lcore 0) and `b` (client, lcore 1). The

@@ -56,3 +56,16 @@ pub fn set_timer_slack_ns(ns: u64) {
     // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and affects only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
 }
+
+/// Sets this thread's nice value (Linux: priority is per thread). Lowering it below 0 needs
+/// CAP_SYS_NICE.
+pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority takes plain integers; PRIO_PROCESS with a thread id affects only
+    // that thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
