@@ -935,7 +935,8 @@ impl Inner {
 /// Asks the agent at `socket` for its counters.
 pub fn agent_stats(socket: &Path) -> std::result::Result<serde_json::Value, String> {
     let s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
+    // A busy engine answers late; an unreachable agent fails at connect.
+    s.set_read_timeout(Some(Duration::from_secs(20)))
         .map_err(|e| e.to_string())?;
     let mut line = serde_json::to_vec(&Request::Stats).expect("serialize");
     line.push(b'\n');
