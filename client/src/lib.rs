@@ -214,7 +214,7 @@ impl Client {
                 socket.display()
             ))
         })?;
-        sock.set_read_timeout(Some(Duration::from_secs(10)))
+        sock.set_read_timeout(Some(Duration::from_secs(45)))
             .map_err(|e| err(e.to_string()))?;
         let mut line = serde_json::to_vec(&Request::Attach {
             version: proto::VERSION,

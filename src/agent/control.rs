@@ -118,7 +118,7 @@ impl Control {
                 let (tx, rx) = mpsc::channel();
                 let _ = self.cmds.send(Cmd::Stats { reply: tx });
                 let stats = rx
-                    .recv_timeout(Duration::from_secs(10))
+                    .recv_timeout(Duration::from_secs(15))
                     .unwrap_or(serde_json::json!({"error": "engine busy"}));
                 send_line(&s, &Reply::Stats { stats });
                 None
@@ -183,7 +183,7 @@ impl Control {
             .send(Cmd::Attach { ch, pid, reply: tx })
             .map_err(|_| "the engine is shutting down".to_string())?;
         let (slot, address) = rx
-            .recv_timeout(Duration::from_secs(5))
+            .recv_timeout(Duration::from_secs(30))
             .map_err(|_| "the engine did not answer".to_string())??;
         let reply = Reply::Attached {
             address,
