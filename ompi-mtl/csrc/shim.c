@@ -40,6 +40,7 @@ static struct tigon_params params = {
     .eager_limit = 0,
     .channel_threshold = 0,
     .finalize_timeout_ms = 30000,
+    .nap_after_us = 50,
 };
 static int output = -1;
 
@@ -80,6 +81,13 @@ int tigon_register_params(void)
     reg_int("finalize_timeout_ms",
             "How long MPI_Finalize waits for sends still in flight (milliseconds)",
             OPAL_INFO_LVL_9, &params.finalize_timeout_ms);
+    reg_int("nap_after_us",
+            "When Open MPI would wait by yielding the processor (mpi_yield_when_idle, on by "
+            "default when oversubscribed), the MTL waits instead by spinning for this many "
+            "microseconds, then napping a few microseconds per poll: on Linux 6.6+ (EEVDF) "
+            "sched_yield lets busy neighbours starve a waiting process for seconds. "
+            "-1: wait with sched_yield as Open MPI does",
+            OPAL_INFO_LVL_5, &params.nap_after_us);
     return OMPI_SUCCESS;
 }
 
@@ -325,6 +333,21 @@ int tigon_fence(void)
         return OMPI_ERR_NOT_SUPPORTED;
     }
     return opal_pmix.fence(NULL, 0);
+}
+
+/* libmpi exports it (ompi/runtime/ompi_mpi_init.c) but the installed headers do not declare it. */
+extern bool ompi_mpi_yield_when_idle;
+
+bool tigon_take_over_yield(void)
+{
+    /* ompi_mpi_init applies ompi_mpi_yield_when_idle to opal_progress after the PML is
+       selected: clearing it here (MTL init) is what sticks. */
+    if (!ompi_mpi_yield_when_idle && !opal_progress_yield_when_idle) {
+        return false;
+    }
+    ompi_mpi_yield_when_idle = false;
+    opal_progress_set_yield_when_idle(false);
+    return true;
 }
 
 int tigon_progress_register(int (*cb)(void)) { return opal_progress_register(cb); }

@@ -29,6 +29,9 @@ struct tigon_params {
     int channel_threshold;
     /* Milliseconds MPI_Finalize waits for sends still in flight. */
     int finalize_timeout_ms;
+    /* Waiting: nap after this many microseconds without a completion instead of yielding
+       (when Open MPI would yield); negative: leave Open MPI's sched_yield. */
+    int nap_after_us;
 };
 
 /* Registers the component's MCA variables; returns an OMPI status. */
@@ -96,6 +99,10 @@ void tigon_abort(int code, const char *msg);
 
 /* A PMIx fence over every process of the job (no MPI traffic; does not call opal_progress). */
 int tigon_fence(void);
+
+/* If Open MPI is about to wait by sched_yield (mpi_yield_when_idle), turns that off and
+   returns true: the MTL naps instead. */
+bool tigon_take_over_yield(void);
 
 /* Progress. */
 int tigon_progress_register(int (*cb)(void));

@@ -96,6 +96,8 @@ pub struct Params {
     pub socket: Option<PathBuf>,
     pub channel_threshold: i32,
     pub finalize_timeout: Duration,
+    /// Spin this long before napping, when the MTL does the waiting; `None`: never nap.
+    pub nap_after: Option<Duration>,
 }
 
 pub fn params() -> Params {
@@ -116,6 +118,7 @@ pub fn params() -> Params {
         socket,
         channel_threshold: p.channel_threshold,
         finalize_timeout: Duration::from_millis(p.finalize_timeout_ms.max(0) as u64),
+        nap_after: (p.nap_after_us >= 0).then(|| Duration::from_micros(p.nap_after_us as u64)),
     }
 }
 
@@ -236,6 +239,19 @@ unsafe extern "C" fn component_init(
         return ptr::null_mut();
     }
     PROGRESS_REGISTERED.store(true, Ordering::Release);
+    // Waiting by sched_yield starves a waiting process on EEVDF kernels: when Open MPI would
+    // yield, the MTL naps instead (the progress callback).
+    if let Some(after) = params().nap_after
+        // SAFETY: plain call into the shim (flips Open MPI's yield_when_idle before MPI_Init
+        // applies it).
+        && unsafe { ffi::tigon_take_over_yield() }
+    {
+        crate::request::nap_when_idle(after);
+        report::verbose(
+            10,
+            &format!("waiting: spin {after:?}, then nap (no sched_yield)"),
+        );
+    }
     module::module_ptr()
 }
 

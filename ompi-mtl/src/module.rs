@@ -180,6 +180,7 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     // SAFETY: `req` points to request memory owned by this call until notified (a cancel of
     // the PML request reads its kind).
     unsafe { request::start(req.cast(), State::new(kind, std::ptr::null_mut(), 0, false)) };
+    request::touch();
     let peer: EndpointAddr = endpoint::peer(comm, dest)?;
     let (cid, me) = comm_ids(comm);
     let bits = match_bits(cid, tag);
@@ -343,6 +344,7 @@ fn post_recv(
         Ok(b) => b,
         Err(rc) => return rc,
     };
+    request::touch();
     let mut st = State::new(Kind::Recv, buf, len, free_after);
     st.convertor = conv;
     // SAFETY: the PML hands us its request for this receive; nothing else refers to it yet.

@@ -12,7 +12,9 @@ use crate::report;
 use crate::report::trace;
 use std::cell::Cell;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tigon_client::{Done, Error, Req};
 use tigon_engine::channel::status;
 use tigon_engine::matching::split_bits;
@@ -229,6 +231,45 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
 
 thread_local! {
     static DRAINED: Cell<Vec<(u64, tigon_client::Result<Done>)>> = const { Cell::new(Vec::new()) };
+    static SLACK_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Napping instead of sched_yield (see `nap_when_idle`): spin window in ns, 0 = off.
+static NAP_AFTER_NS: AtomicU64 = AtomicU64::new(0);
+/// When something last happened (an operation posted or completed), in ns since `EPOCH`.
+static LAST_ACTIVITY: AtomicU64 = AtomicU64::new(0);
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+const NAP: Duration = Duration::from_micros(2);
+
+fn now_ns() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// From now on progress calls that find nothing to do, once nothing happened for `after`,
+/// nap briefly instead of returning at once (Open MPI's own wait would sched_yield, which on
+/// EEVDF kernels lets busy neighbours starve the waiting process for seconds).
+pub fn nap_when_idle(after: Duration) {
+    touch();
+    NAP_AFTER_NS.store((after.as_nanos() as u64).max(1), Ordering::Relaxed);
+}
+
+/// Notes activity: an operation was posted (the caller is likely to wait for it next).
+pub fn touch() {
+    LAST_ACTIVITY.store(now_ns(), Ordering::Relaxed);
+}
+
+fn maybe_nap() {
+    let after = NAP_AFTER_NS.load(Ordering::Relaxed);
+    if after == 0 || now_ns().saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after {
+        return;
+    }
+    if !SLACK_SET.get() {
+        SLACK_SET.set(true);
+        // Sleeps of a few microseconds need a small timer slack (the default is 50 µs).
+        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    }
+    std::thread::sleep(NAP);
 }
 
 /// Completes every finished operation; returns how many.
@@ -242,6 +283,9 @@ pub fn progress_now() -> usize {
         unsafe { complete(m, ctx, r) };
     }
     DRAINED.set(v);
+    if n > 0 {
+        touch();
+    }
     n
 }
 
@@ -250,5 +294,9 @@ pub fn progress_now() -> usize {
 /// # Safety
 /// Called by Open MPI's progress engine only (any thread).
 pub unsafe extern "C" fn progress() -> c_int {
-    progress_now().min(c_int::MAX as usize) as c_int
+    let n = progress_now();
+    if n == 0 {
+        maybe_nap();
+    }
+    n.min(c_int::MAX as usize) as c_int
 }

@@ -211,8 +211,13 @@ fn explicit_request_without_agent_fails() {
             "MPI_Init should fail (pml cm: {with_cm}): {}",
             r.text()
         );
+        // The help message comes through mpirun's show_help forwarding, which Open MPI 4.1.4
+        // sometimes garbles when several processes fail at once ("Data unpack would read past
+        // end of buffer"); the component's own one-line reason always gets out.
         assert!(
-            all.contains("The tigon MTL was explicitly requested")
+            (all.contains("The tigon MTL was explicitly requested")
+                || all.contains("MPI_Init fails: tigon was requested but cannot be used"))
+                && all.contains("cannot attach to the tigon agent")
                 && all.contains(&sock.display().to_string()),
             "the reason should be printed (pml cm: {with_cm}): {}",
             r.text()

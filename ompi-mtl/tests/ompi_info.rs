@@ -39,6 +39,7 @@ fn ompi_info_documents_the_parameters() {
         "mtl_tigon_channel_threshold",
         "mtl_tigon_verbose",
         "mtl_tigon_finalize_timeout_ms",
+        "mtl_tigon_nap_after_us",
     ] {
         assert!(p.contains(&format!("\"{name}\"")), "{name} missing:\n{p}");
     }

@@ -140,6 +140,11 @@ pub struct Agents {
 
 impl Agents {
     pub fn start(name: &str) -> Agents {
+        Agents::start_with(name, 30_000)
+    }
+
+    /// Agents that declare a silent peer unreachable after `peer_timeout_ms`.
+    pub fn start_with(name: &str, peer_timeout_ms: u64) -> Agents {
         let dir = std::env::temp_dir().join(format!("tigon-mtl-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("mkdir");
@@ -159,9 +164,9 @@ impl Agents {
                 .arg("--port")
                 .arg(format!("net_memif0,role={role},socket={}", memif.display()))
                 .args(["--lcore", &i.to_string(), "--idle", "yield"])
-                // A loaded 2-core machine can starve an agent for a while: do not mistake that
-                // for a dead peer (the default is 5 s).
-                .args(["--peer-timeout-ms", "15000"])
+                // A loaded 2-core machine can starve an agent for seconds: do not mistake
+                // that for a dead peer (the agent's default is 5 s).
+                .args(["--peer-timeout-ms", &peer_timeout_ms.to_string()])
                 .arg("--socket")
                 .arg(&sock)
                 .env("RUST_LOG", "warn")
