@@ -18,11 +18,13 @@ fn run(name: &str, np: usize, args: &[&str]) -> Agents {
     m.args = args.iter().map(|s| s.to_string()).collect();
     let r = m.run(&prog);
     if r.status != Some(0) {
-        eprintln!(
-            "agent 0 log:\n{}\nagent 1 log:\n{}",
-            agents.log(0),
-            agents.log(1)
-        );
+        for i in 0..2 {
+            eprintln!(
+                "agent {i} log:\n{}\nagent {i} stats: {}",
+                agents.log(i),
+                agents.stats(i)
+            );
+        }
     }
     r.assert_ok(name);
     agents
@@ -126,7 +128,7 @@ fn thread_multiple_4_threads() {
 #[test]
 fn rank_killed_mid_transfer() {
     let prog = program("peer_death");
-    let mut agents = Agents::start("death");
+    let mut agents = Agents::start_with("death", 10_000);
     let mut m = Mpirun::new(2, &agents);
     m.timeout = Duration::from_secs(120);
     let r = m.run(&prog);
