@@ -36,7 +36,11 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
+# Namespaces of an earlier run killed before it could clean up (its pid is gone).
+for ns in $(ip netns list | awk '/^tg[AB]g[0-9]+( |$)/ {print $1}'); do
+    kill -0 "${ns:4}" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+done
 
 echo "== two nodes: namespaces ${NS[*]}, joined by veth ${IF[*]}"
 ip netns add "${NS[0]}"
@@ -52,13 +56,16 @@ TIGON_NIC=${IF[n - 1]}
 TIGON_MTU=9000
 TIGON_HUGEPAGES=256
 EOF
+    # One machine's cores are shared by both agents and both ranks: "idle": "yield", and
+    # a descheduled agent gets 30 s before its peer gives up on it.
     cat >"$etc/agent.json" <<EOF
 {
   "port": "net_af_packet0,iface=${IF[n - 1]},framecnt=2048",
   "socket": "$etc/agent.sock",
   "lcore": $((n - 1)),
   "mtu": 9000,
-  "idle": "yield"
+  "idle": "yield",
+  "peer-timeout-ms": 30000
 }
 EOF
     echo "== node$n: tigon-prestart.sh, then tigon agent --config $etc/agent.json"
