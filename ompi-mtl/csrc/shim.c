@@ -40,7 +40,7 @@ static struct tigon_params params = {
     .eager_limit = 0,
     .channel_threshold = 0,
     .finalize_timeout_ms = 30000,
-    .nap_after_us = 50,
+    .nap_after_us = -1,
 };
 static int output = -1;
 
@@ -83,10 +83,11 @@ int tigon_register_params(void)
             OPAL_INFO_LVL_9, &params.finalize_timeout_ms);
     reg_int("nap_after_us",
             "When Open MPI would wait by yielding the processor (mpi_yield_when_idle, on by "
-            "default when oversubscribed), the MTL waits instead by spinning for this many "
-            "microseconds, then napping a few microseconds per poll: on Linux 6.6+ (EEVDF) "
-            "sched_yield lets busy neighbours starve a waiting process for seconds. "
-            "-1: wait with sched_yield as Open MPI does",
+            "default when oversubscribed), wait instead by spinning for this many microseconds, "
+            "then napping a few microseconds per poll (sched_yield can starve a waiting process "
+            "on Linux 6.6+ EEVDF kernels under heavy load). -1 (default): sched_yield as Open "
+            "MPI does, measured fastest when ranks share cores with their agent (a napping rank "
+            "waits milliseconds for the core)",
             OPAL_INFO_LVL_5, &params.nap_after_us);
     return OMPI_SUCCESS;
 }
