@@ -43,7 +43,15 @@ fn sigkill_clients_mid_transfer_100_times() {
             let n = num(&a.stats(), "/frames/tx_bytes") + num(&b.stats(), "/frames/tx_bytes");
             n > moved + (1 << 20)
         });
-        assert!(started, "iteration {i}: no transfer started");
+        if !started {
+            for g in [&a, &b] {
+                eprintln!("agent {} stats: {}", g.name, g.stats_now());
+            }
+            for p in [&pv, &pw] {
+                eprintln!("peer {}: {}{}", p.name, p.stdout(), p.stderr());
+            }
+            panic!("iteration {i}: no transfer started in 30 s");
+        }
         // ... and at a random point of it.
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -68,7 +76,7 @@ fn sigkill_clients_mid_transfer_100_times() {
     }
     // Every channel and socket of the dead is closed.
     assert!(
-        eventually(Duration::from_secs(5), || (a.fds(), b.fds()) == fds),
+        eventually(Duration::from_secs(5), || a.fds() <= fds.0 && b.fds() <= fds.1),
         "file descriptors {fds:?} before, {:?} after",
         (a.fds(), b.fds())
     );

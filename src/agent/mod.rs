@@ -358,13 +358,20 @@ fn engine_main(
     let mut gaps = LoopGaps::default();
     let mut last_iter = 0u64;
     let mut shutdown_at: Option<Instant> = None;
+    let mut last_cpu = tigon_shm::signals::thread_cpu_ns();
     loop {
         let now = t0.elapsed().as_nanos() as u64;
-        gaps.note(now.saturating_sub(last_iter));
+        let cpu = tigon_shm::signals::thread_cpu_ns();
+        gaps.note(now.saturating_sub(last_iter), cpu.saturating_sub(last_cpu));
         last_iter = now;
+        last_cpu = cpu;
         let mut work = eng.poll(&mut link, now);
+        let t_serve = t0.elapsed().as_nanos() as u64;
+        gaps.max_poll_us = gaps.max_poll_us.max((t_serve - now) / 1000);
         work += served.requests(&mut eng, 32);
         work += served.completions(&mut eng);
+        let t_cmds = t0.elapsed().as_nanos() as u64;
+        gaps.max_serve_us = gaps.max_serve_us.max((t_cmds - t_serve) / 1000);
         for (slot, _) in served.evicted.drain(..) {
             let _ = evicted.send(slot);
         }
@@ -386,6 +393,8 @@ fn engine_main(
                     }
                 }
             }
+            let spent = (t0.elapsed().as_nanos() as u64).saturating_sub(t_cmds) / 1000;
+            gaps.max_cmds_us = gaps.max_cmds_us.max(spent);
         }
         if last_beat.elapsed() >= Duration::from_millis(50) {
             last_beat = Instant::now();
@@ -413,7 +422,10 @@ fn engine_main(
                 // iterations, and peers declared unreachable). A sleep keeps its place; the
                 // thread's timer slack is 1 µs, so the first thousand stay short.
                 let us = if idle_rounds > 1000 { 50 } else { 2 };
+                let t = Instant::now();
                 std::thread::sleep(Duration::from_micros(us));
+                let slept = t.elapsed().as_micros() as u64;
+                gaps.max_sleep_us = gaps.max_sleep_us.max(slept);
             } else {
                 std::hint::spin_loop();
             }
@@ -444,15 +456,27 @@ fn register(eal: &Eal, ch: &tigon_engine::channel::Channel) -> Option<std::sync:
     }
 }
 
+/// Where the engine loop's time goes, worst cases: the longest gap between two iterations
+/// (and the CPU time the thread got during it: far less than the gap means it was
+/// descheduled or blocked), and the longest engine poll, client serving, control command
+/// and idle sleep.
 #[derive(Debug, Default, serde::Serialize)]
 struct LoopGaps {
     max_gap_us: u64,
+    max_gap_cpu_us: u64,
     gaps_over_100ms: u64,
+    max_poll_us: u64,
+    max_serve_us: u64,
+    max_cmds_us: u64,
+    max_sleep_us: u64,
 }
 
 impl LoopGaps {
-    fn note(&mut self, ns: u64) {
-        self.max_gap_us = self.max_gap_us.max(ns / 1000);
+    fn note(&mut self, ns: u64, cpu_ns: u64) {
+        if ns / 1000 > self.max_gap_us {
+            self.max_gap_us = ns / 1000;
+            self.max_gap_cpu_us = cpu_ns / 1000;
+        }
         if ns > 100_000_000 {
             self.gaps_over_100ms += 1;
         }
