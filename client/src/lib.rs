@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tigon_engine::channel::{self, Channel, Desc, NO_DATA, Op, status};
 use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
 use tigon_shm::Region;
+use tigon_shm::wake::EventFd;
 
 /// Where agents put their sockets unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tigon/agent.sock";
@@ -157,6 +158,8 @@ struct Slot {
 
 struct Inner {
     ch: Channel,
+    /// The agent's doorbell, rung when a request is queued while the engine sleeps.
+    bell: EventFd,
     sock: UnixStream,
     free_desc: Vec<u32>,
     free_data: Vec<u32>,
@@ -173,33 +176,38 @@ pub struct Client {
     eager_limit: u64,
     data_size: u64,
     agent_pid: i32,
+    /// The channel, for sleeping outside the lock.
+    waiter: Channel,
 }
+
+/// The scheduler slice asked for by attaching threads (EEVDF's minimum is 100 µs).
+const SCHED_SLICE_NS: u64 = 100_000;
 
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
 
-/// How a caller that waits on the engine passes time: it spins for a while (an answer
-/// usually comes within microseconds), then naps.
+/// How a caller that waits on the engine passes time: it polls for a while (an answer
+/// usually comes within microseconds), then sleeps on the channel's futex until the engine
+/// queues a completion (the engine wakes it: about 2 µs), a couple of milliseconds at most so
+/// liveness checks go on.
 ///
-/// Never `sched_yield`: on EEVDF kernels (Linux 6.6+) every yield pushes the caller's
-/// virtual deadline a slice further, so a thread that yielded through a wait is then starved
-/// for seconds by busy neighbours on its core. Measured on a 2-core machine: a thread pinned
-/// next to four CPU-bound ones, alternating 1000 idle steps with a little work, got through
-/// 2 rounds in 15 s (an 11 s gap) when its idle step was `sched_yield`, and 71 when it was
-/// a 2 µs sleep.
+/// Never `sched_yield` or timed naps: on EEVDF kernels (Linux 6.6+) every yield pushes the
+/// caller's virtual deadline a slice further, so a thread that yielded through a wait is
+/// then starved for seconds by busy neighbours on its core; a timed sleep costs 25 µs or
+/// more however short it is asked to be; and polling holds the core the engine may need.
 struct Backoff(Instant);
 
-const SPIN_BEFORE_NAP: Duration = Duration::from_micros(50);
-const NAP: Duration = Duration::from_micros(2);
+const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(20);
+const SLEEP_AT_MOST: Duration = Duration::from_millis(2);
 
 impl Backoff {
     fn new() -> Self {
         Backoff(Instant::now())
     }
-    fn idle(&self) {
-        if self.0.elapsed() < SPIN_BEFORE_NAP {
+    fn idle(&self, ch: &Channel) {
+        if self.0.elapsed() < SPIN_BEFORE_SLEEP {
             std::hint::spin_loop();
         } else {
-            std::thread::sleep(NAP);
+            ch.wait_completions(SLEEP_AT_MOST);
         }
     }
 }
@@ -225,8 +233,10 @@ impl Client {
             .write_all(&line)
             .map_err(|e| err(format!("sending attach: {e}")))?;
         let mut buf = vec![0u8; 4096];
-        let (n, fd) = tigon_shm::sock::recv_with_fd(&sock, &mut buf)
+        let (n, fds) = tigon_shm::sock::recv_with_fds(&sock, &mut buf)
             .map_err(|e| err(format!("reading reply: {e}")))?;
+        let mut fds = fds.into_iter();
+        let (fd, bell) = (fds.next(), fds.next());
         let text = std::str::from_utf8(&buf[..n]).map_err(|_| err("reply not UTF-8".into()))?;
         let reply: Reply = serde_json::from_str(text.trim())
             .map_err(|e| err(format!("bad reply `{text}`: {e}")))?;
@@ -241,6 +251,7 @@ impl Client {
             r => return Err(err(format!("unexpected reply {r:?}"))),
         };
         let fd = fd.ok_or_else(|| err("the agent sent no channel".into()))?;
+        let bell = EventFd::from_fd(bell.ok_or_else(|| err("the agent sent no doorbell".into()))?);
         let region = Region::from_fd(fd, region_len as usize)
             .map_err(|e| err(format!("mapping the channel: {e}")))?;
         let ch = Channel::open(Arc::new(region)).map_err(|e| err(e.to_string()))?;
@@ -249,7 +260,12 @@ impl Client {
         tigon_shm::remote::allow_ptracer(agent_pid)
             .map_err(|e| err(format!("PR_SET_PTRACER: {e}")))?;
         sock.set_nonblocking(true).map_err(|e| err(e.to_string()))?;
+        // A short scheduler slice: woken by the engine, this thread preempts whatever polls
+        // on its core instead of waiting out that one's slice (EEVDF; ignored elsewhere).
+        // Best effort: older kernels or seccomp filters refuse it, and nothing else changes.
+        let _ = tigon_shm::wake::set_sched_slice_ns(SCHED_SLICE_NS);
         let geo = ch.geo;
+        let waiter = ch.clone();
         Ok(Client {
             inner: Mutex::new(Inner {
                 free_desc: (0..geo.n_desc).rev().collect(),
@@ -263,6 +279,7 @@ impl Client {
                     })
                     .collect(),
                 ch,
+                bell,
                 sock,
                 dead: None,
                 last_check: Instant::now(),
@@ -272,6 +289,7 @@ impl Client {
             eager_limit,
             data_size: geo.data_size as u64,
             agent_pid,
+            waiter,
         })
     }
 
@@ -412,7 +430,7 @@ impl Client {
                         break di;
                     }
                     drop(g);
-                    backoff.idle();
+                    backoff.idle(&self.waiter);
                     g = self.lock();
                     g.progress();
                 };
@@ -611,14 +629,20 @@ impl Client {
         g.take(r)
     }
 
-    /// Waits for `r`: polls, spinning for the first 50 µs, then napping between polls.
+    /// Sleeps until the agent queues a completion for this client, at most `timeout` (at
+    /// once if one is queued). For callers that drive progress themselves, like the MTL.
+    pub fn sleep_until_completion(&self, timeout: Duration) {
+        self.waiter.wait_completions(timeout);
+    }
+
+    /// Waits for `r`: polls for 20 µs, then sleeps until the agent queues completions.
     pub fn wait(&self, r: Req) -> Result<Done> {
         let backoff = Backoff::new();
         loop {
             if let Some(d) = self.test(r)? {
                 return Ok(d);
             }
-            backoff.idle();
+            backoff.idle(&self.waiter);
         }
     }
 
@@ -733,7 +757,7 @@ impl Inner {
             }
             // Every descriptor is in flight: wait for completions (backpressure).
             if self.progress() == 0 {
-                backoff.idle();
+                backoff.idle(&self.ch);
             }
             if let Err(e) = self.check_alive() {
                 self.release(&what);
@@ -752,7 +776,12 @@ impl Inner {
         self.ch.write_desc(idx, &d).map_err(io_err)?;
         // A ring has a slot per descriptor: it cannot be full while we hold a free descriptor.
         match self.ch.requests.push(idx) {
-            Ok(true) => Ok(Req { idx, generation }),
+            Ok(true) => {
+                if self.ch.engine_asleep() {
+                    self.bell.ring();
+                }
+                Ok(Req { idx, generation })
+            }
             _ => {
                 self.kill("request ring corrupted".into());
                 Err(Error::AgentGone("request ring corrupted".into()))

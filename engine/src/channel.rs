@@ -19,10 +19,11 @@ use crate::addr::EndpointAddr;
 use crate::wire::MacAddr;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering, fence};
 use tigon_shm::{Region, Ring};
 
 pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 4096;
 pub const DESC_LEN: usize = 256;
 /// "No data buffer" in [`Desc::data_idx`].
@@ -222,6 +223,12 @@ const H_HEARTBEAT: usize = 32;
 const H_STATE: usize = 40;
 const H_AGENT_PID: usize = 44;
 const H_CLIENT_PID: usize = 48;
+/// 1 while the engine sleeps: a client that queues a request then rings the agent's doorbell.
+const H_ENGINE_ASLEEP: usize = 52;
+/// Client threads blocked waiting for completions.
+const H_WAITERS: usize = 56;
+/// Futex word: bumped by the engine after it queues completions for a waiting client.
+const H_CMP_SEQ: usize = 60;
 
 /// Agent state as published in the header.
 pub const STATE_RUNNING: u32 = 0;
@@ -359,6 +366,55 @@ impl Channel {
         if let Ok(a) = self.region.atomic_u32(H_STATE) {
             a.store(s, std::sync::atomic::Ordering::Release);
         }
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        // The header is always mapped (a channel is never smaller than HEADER_LEN).
+        self.region.atomic_u32(off).expect("channel header word")
+    }
+
+    // ---- sleeping and waking (see tigon_shm::wake) ----------------------------------------
+    //
+    // Both sides publish "I am about to sleep", fence, then look once more before sleeping;
+    // the other side makes its change visible, fences, then checks the flag. One of the two
+    // always sees the other (a Dekker handshake), so no wake-up is lost.
+
+    /// Engine: marks itself asleep (or awake) in this channel.
+    pub fn set_engine_asleep(&self, asleep: bool) {
+        self.word(H_ENGINE_ASLEEP)
+            .store(asleep as u32, Ordering::SeqCst);
+    }
+
+    /// Client, after queueing requests: whether the engine must be rung.
+    pub fn engine_asleep(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.word(H_ENGINE_ASLEEP).load(Ordering::Relaxed) != 0
+    }
+
+    /// Engine, after queueing completions: wakes the client's threads blocked in
+    /// [`Channel::wait_completions`], if any. Returns whether it had to.
+    pub fn wake_client(&self) -> bool {
+        fence(Ordering::SeqCst);
+        if self.word(H_WAITERS).load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let seq = self.word(H_CMP_SEQ);
+        seq.fetch_add(1, Ordering::SeqCst);
+        tigon_shm::wake::futex_wake(seq);
+        true
+    }
+
+    /// Client: blocks until the engine queues a completion or `timeout` passes (returns at
+    /// once if one is queued already).
+    pub fn wait_completions(&self, timeout: std::time::Duration) {
+        let waiters = self.word(H_WAITERS);
+        let seq = self.word(H_CMP_SEQ);
+        waiters.fetch_add(1, Ordering::SeqCst);
+        let before = seq.load(Ordering::SeqCst);
+        if self.completions.is_empty() && self.agent_state() == STATE_RUNNING {
+            tigon_shm::wake::futex_wait(seq, before, timeout);
+        }
+        waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

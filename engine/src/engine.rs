@@ -2176,6 +2176,40 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
+    /// How long an idle loop may sleep without missing a timer of its own (an ack falling
+    /// due, the retransmit scan while frames are unacknowledged, a connect or a waiting
+    /// operation's keepalive): 0 means poll again at once, `u64::MAX` nothing timed.
+    /// Frames arriving meanwhile are the link's business (it wakes the loop, or the loop
+    /// bounds its sleep).
+    pub fn sleep_budget_ns(&self, now: u64) -> u64 {
+        if !self.copy_fifo.is_empty() || !self.resets.is_empty() || !self.completions.is_empty() {
+            return 0;
+        }
+        let scan = self.cfg.rto_min_ns / 4;
+        let mut budget = u64::MAX;
+        for p in &self.peers {
+            match p.state {
+                PeerState::Idle => continue,
+                PeerState::Connecting => budget = budget.min(scan),
+                PeerState::Connected => {}
+            }
+            if p.ack_now || p.connect_ack_owed || !p.pending.is_empty() || !p.resend.is_empty() {
+                return 0;
+            }
+            if let Some(t) = p.ack_due {
+                budget = budget.min(t.saturating_sub(now));
+            }
+            if !p.unacked.is_empty()
+                || !p.sends.is_empty()
+                || !p.pulls.is_empty()
+                || p.in_eager.is_some()
+            {
+                budget = budget.min(scan);
+            }
+        }
+        budget
+    }
+
     /// Operations still in flight (sends, receives) — for idle decisions and tests.
     pub fn pending_ops(&self) -> usize {
         self.reqs.iter().filter(|(_, r)| r.is_some()).count()

@@ -40,7 +40,7 @@ static struct tigon_params params = {
     .eager_limit = 0,
     .channel_threshold = 0,
     .finalize_timeout_ms = 30000,
-    .nap_after_us = -1,
+    .nap_after_us = 20,
 };
 static int output = -1;
 
@@ -83,11 +83,11 @@ int tigon_register_params(void)
             OPAL_INFO_LVL_9, &params.finalize_timeout_ms);
     reg_int("nap_after_us",
             "When Open MPI would wait by yielding the processor (mpi_yield_when_idle, on by "
-            "default when oversubscribed), wait instead by spinning for this many microseconds, "
-            "then napping a few microseconds per poll (sched_yield can starve a waiting process "
-            "on Linux 6.6+ EEVDF kernels under heavy load). -1 (default): sched_yield as Open "
-            "MPI does, measured fastest when ranks share cores with their agent (a napping rank "
-            "waits milliseconds for the core)",
+            "default when oversubscribed), wait instead by polling for this many microseconds, "
+            "then sleeping on the channel until the agent queues a completion (it wakes the "
+            "rank in about 2 us; sched_yield can starve a waiting process on Linux 6.6+ EEVDF "
+            "kernels, and polling holds the core the agent needs). -1: sched_yield as Open MPI "
+            "does",
             OPAL_INFO_LVL_5, &params.nap_after_us);
     return OMPI_SUCCESS;
 }

@@ -231,23 +231,24 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
 
 thread_local! {
     static DRAINED: Cell<Vec<(u64, tigon_client::Result<Done>)>> = const { Cell::new(Vec::new()) };
-    static SLACK_SET: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Napping instead of sched_yield (see `nap_when_idle`): spin window in ns, 0 = off.
+/// Sleeping instead of sched_yield (see `nap_when_idle`): poll window in ns, 0 = off.
 static NAP_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 /// When something last happened (an operation posted or completed), in ns since `EPOCH`.
 static LAST_ACTIVITY: AtomicU64 = AtomicU64::new(0);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
-const NAP: Duration = Duration::from_micros(2);
+/// The longest sleep per progress call: Open MPI's progress loop also drives other things.
+const NAP_AT_MOST: Duration = Duration::from_millis(1);
 
 fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// From now on progress calls that find nothing to do, once nothing happened for `after`,
-/// nap briefly instead of returning at once (Open MPI's own wait would sched_yield, which on
-/// EEVDF kernels lets busy neighbours starve the waiting process for seconds).
+/// sleep until the agent queues a completion (1 ms at most) instead of returning at once
+/// (Open MPI's own wait would sched_yield, which on EEVDF kernels lets busy neighbours starve
+/// the waiting process for seconds).
 pub fn nap_when_idle(after: Duration) {
     touch();
     NAP_AFTER_NS.store((after.as_nanos() as u64).max(1), Ordering::Relaxed);
@@ -263,13 +264,9 @@ fn maybe_nap() {
     if after == 0 || now_ns().saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after {
         return;
     }
-    if !SLACK_SET.get() {
-        SLACK_SET.set(true);
-        // Sleeps of a few microseconds need a small timer slack (the default is 50 µs).
-        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    if let Some(m) = mtl() {
+        m.client.sleep_until_completion(NAP_AT_MOST);
     }
-    std::thread::sleep(NAP);
 }
 
 /// Completes every finished operation; returns how many.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -34,8 +35,19 @@ pub struct Control {
     pub eager_limit: u64,
     pub hugetlb: bool,
     pub cmds: Sender<Cmd>,
+    /// Rung after every command, so a sleeping engine takes it at once; clients get a copy.
+    pub bell: std::sync::Arc<tigon_shm::wake::EventFd>,
     /// Slots the engine disconnected (garbage): their sockets are closed here.
     pub evicted: Receiver<u32>,
+}
+
+impl Control {
+    /// Hands `c` to the engine and wakes it; false if the engine is gone.
+    fn send(&self, c: Cmd) -> bool {
+        let ok = self.cmds.send(c).is_ok();
+        self.bell.ring();
+        ok
+    }
 }
 
 fn send_line(s: &UnixStream, r: &Reply) {
@@ -73,7 +85,7 @@ impl Control {
             }
             for slot in gone {
                 clients.remove(&slot);
-                let _ = self.cmds.send(Cmd::Detach { slot });
+                self.send(Cmd::Detach { slot });
             }
             while let Ok(slot) = self.evicted.try_recv() {
                 clients.remove(&slot);
@@ -116,7 +128,7 @@ impl Control {
         match req {
             Request::Stats => {
                 let (tx, rx) = mpsc::channel();
-                let _ = self.cmds.send(Cmd::Stats { reply: tx });
+                self.send(Cmd::Stats { reply: tx });
                 let stats = rx
                     .recv_timeout(Duration::from_secs(15))
                     .unwrap_or(serde_json::json!({"error": "engine busy"}));
@@ -179,9 +191,9 @@ impl Control {
         .map_err(|e| e.to_string())?;
         let region = ch.region.clone();
         let (tx, rx) = mpsc::channel();
-        self.cmds
-            .send(Cmd::Attach { ch, pid, reply: tx })
-            .map_err(|_| "the engine is shutting down".to_string())?;
+        if !self.send(Cmd::Attach { ch, pid, reply: tx }) {
+            return Err("the engine is shutting down".to_string());
+        }
         let (slot, address) = rx
             .recv_timeout(Duration::from_secs(30))
             .map_err(|_| "the engine did not answer".to_string())??;
@@ -193,8 +205,9 @@ impl Control {
         };
         let mut line = serde_json::to_vec(&reply).expect("serialize");
         line.push(b'\n');
-        if let Err(e) = tigon_shm::sock::send_with_fd(s, &line, region.fd()) {
-            let _ = self.cmds.send(Cmd::Detach { slot });
+        let fds = [region.fd().as_fd(), self.bell.fd().as_fd()];
+        if let Err(e) = tigon_shm::sock::send_with_fds(s, &line, &fds) {
+            self.send(Cmd::Detach { slot });
             return Err(format!("passing the channel: {e}"));
         }
         Ok(slot)

@@ -11,9 +11,10 @@ mod serve;
 use clap::Args;
 use control::{Cmd, Control};
 use serde::Deserialize;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use tigon_engine::channel::{Geometry, STATE_SHUTDOWN};
 use tigon_engine::{Config, Engine, MacAddr};
@@ -56,6 +57,20 @@ pub struct AgentArgs {
     /// An unreachable peer fails operations after this long (milliseconds).
     #[arg(long)]
     pub peer_timeout_ms: Option<u64>,
+    /// With `--idle yield`: keep polling this long after the last work before sleeping
+    /// (microseconds; a reply often follows within it).
+    #[arg(long)]
+    pub idle_spin_us: Option<u64>,
+    /// With `--idle yield`, on a link that cannot wake a sleeping engine (memif): the longest
+    /// sleep while operations are in flight (microseconds). af_packet and client requests
+    /// wake it at once.
+    #[arg(long)]
+    pub idle_poll_us: Option<u64>,
+    /// CPU-latency QoS request held while the agent runs, in microseconds, or `off`
+    /// (/dev/cpu_dma_latency; 0 keeps idle cores polling so wake-ups take microseconds).
+    /// Default: 0 with `--idle yield`, off with `spin`.
+    #[arg(long)]
+    pub cpu_latency: Option<String>,
     /// Nice value of the engine thread with `--idle yield` (default -10: the engine makes
     /// progress for every rank sharing its core).
     #[arg(long, allow_hyphen_values = true)]
@@ -95,6 +110,9 @@ impl AgentArgs {
             allow_uid,
             rndv_threshold,
             peer_timeout_ms,
+            idle_spin_us,
+            idle_poll_us,
+            cpu_latency,
             nice,
             no_huge,
             eal
@@ -229,7 +247,11 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
     let listener = bind(&socket)?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
     let (evict_tx, evict_rx) = mpsc::channel::<u32>();
+    let bell = Arc::new(
+        tigon_shm::wake::EventFd::new().map_err(|e| format!("the agent's doorbell: {e}"))?,
+    );
     let control = Control {
+        bell: bell.clone(),
         listener,
         allow_uids: allow.clone(),
         geometry,
@@ -244,7 +266,7 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
 
     let result = engine_main(
-        &a, &devargs, &socket, mtu, spin, cfg, no_huge, cmd_rx, evict_tx,
+        &a, &devargs, &socket, mtu, spin, cfg, no_huge, cmd_rx, evict_tx, &bell,
     );
     tigon_shm::signals::request_termination();
     let _ = control.join();
@@ -263,6 +285,7 @@ fn engine_main(
     no_huge: bool,
     cmds: mpsc::Receiver<Cmd>,
     evicted: mpsc::Sender<u32>,
+    bell: &tigon_shm::wake::EventFd,
 ) -> Result<(), String> {
     let lcore = a.lcore.unwrap_or(0);
     let mut b = Eal::builder()
@@ -337,21 +360,24 @@ fn engine_main(
         a.dma.as_deref().unwrap_or("none"),
         if spin { "spin" } else { "yield" }
     );
+    let idle = Idle::new(a, spin)?;
     if !spin {
         tigon_shm::signals::set_timer_slack_ns(1000);
-        // Sharing cores with ranks that poll, the engine must not wait for its turn behind
-        // them: it is what makes progress for all of them. At nice 0 a pinned engine next to
-        // busy processes was measured descheduled for 2-10 s at a time here (its peers then
-        // time out); at -10 it gets about nine times their weight and runs within
-        // milliseconds, and it still sleeps whenever it has nothing to do.
+        // Sharing cores with ranks, the engine must run as soon as it is woken: it makes
+        // progress for all of them. At nice 0 a pinned engine next to busy processes was
+        // measured descheduled for 2-10 s at a time here (its peers then time out); at -10
+        // it gets about nine times their weight, and it sleeps whenever it has nothing to do.
         let nice = a.nice.unwrap_or(-10);
         if let Err(e) = tigon_shm::signals::set_thread_nice(nice) {
             log::warn!("engine thread: nice {nice}: {e} (needs CAP_SYS_NICE); running at 0");
         }
     }
+    // The link's own descriptors to sleep on: af_packet's sockets (memif has none DPDK
+    // exposes; a sleeping engine then polls it every `--idle-poll-us`).
+    let wire_fds = tigon_shm::wake::packet_sockets();
+    let mut last_work = Instant::now();
     let t0 = Instant::now();
     let mut last_beat = Instant::now();
-    let mut idle_rounds = 0u32;
     let mut loops = 0u32;
     // Scheduling seen by the engine: the longest time between two loop iterations, and how
     // many gaps exceeded 100 ms (a descheduled engine looks like a dead peer to the others).
@@ -412,28 +438,73 @@ fn engine_main(
         {
             break;
         }
-        if work == 0 {
-            idle_rounds = idle_rounds.wrapping_add(1);
-            if !spin {
-                // Short real sleeps, never sched_yield: on EEVDF kernels (Linux 6.6+) every
-                // sched_yield pushes the caller's virtual deadline a slice further, so an
-                // engine that yielded through an idle spell is then starved for seconds by
-                // CPU-bound neighbours on its core (measured here: 4-10 s gaps between loop
-                // iterations, and peers declared unreachable). A sleep keeps its place; the
-                // thread's timer slack is 1 µs, so the first thousand stay short.
-                let us = if idle_rounds > 1000 { 50 } else { 2 };
-                let t = Instant::now();
-                std::thread::sleep(Duration::from_micros(us));
-                let slept = t.elapsed().as_micros() as u64;
-                gaps.max_sleep_us = gaps.max_sleep_us.max(slept);
-            } else {
-                std::hint::spin_loop();
-            }
+        if work > 0 {
+            last_work = Instant::now();
+        } else if spin || last_work.elapsed() < idle.spin {
+            std::hint::spin_loop();
         } else {
-            idle_rounds = 0;
+            // Sleep until a client rings, a frame arrives on a link that can wake us, or the
+            // engine's next timer; on memif, only as long as `--idle-poll-us` while
+            // operations are in flight.
+            let now = t0.elapsed().as_nanos() as u64;
+            let mut wait = Duration::from_nanos(eng.sleep_budget_ns(now)).min(idle.max);
+            if wire_fds.is_empty() && eng.pending_ops() > 0 {
+                wait = wait.min(idle.poll);
+            }
+            if !wait.is_zero() && !served.set_asleep(true) {
+                let mut fds = [bell.fd().as_fd(); 4];
+                let n = 1 + wire_fds.len().min(3);
+                for (slot, f) in fds[1..n].iter_mut().zip(&wire_fds) {
+                    *slot = f.as_fd();
+                }
+                let t = Instant::now();
+                tigon_shm::wake::poll_readable(&fds[..n], wait);
+                gaps.max_sleep_us = gaps.max_sleep_us.max(t.elapsed().as_micros() as u64);
+                gaps.sleeps += 1;
+            }
+            served.set_asleep(false);
+            bell.drain();
         }
     }
+    drop(idle);
     Ok(())
+}
+
+/// The `--idle yield` policy: how long to poll after work, how long to sleep, and the
+/// CPU-latency request held meanwhile.
+struct Idle {
+    spin: Duration,
+    poll: Duration,
+    max: Duration,
+    _qos: Option<tigon_shm::wake::CpuLatency>,
+}
+
+impl Idle {
+    fn new(a: &AgentArgs, spin: bool) -> Result<Idle, String> {
+        let qos = match a.cpu_latency.as_deref() {
+            Some("off") => None,
+            Some(v) => Some(
+                v.parse::<i32>()
+                    .map_err(|_| format!("--cpu-latency {v}: microseconds or `off`"))?,
+            ),
+            None if spin => None,
+            None => Some(0),
+        };
+        let _qos = qos.and_then(|us| match tigon_shm::wake::CpuLatency::request(us) {
+            Ok(q) => Some(q),
+            Err(e) => {
+                log::warn!("/dev/cpu_dma_latency: {e}; wake-ups of idle cores may be slow");
+                None
+            }
+        });
+        Ok(Idle {
+            spin: Duration::from_micros(a.idle_spin_us.unwrap_or(20)),
+            poll: Duration::from_micros(a.idle_poll_us.unwrap_or(50).max(1)),
+            // Heartbeats (every 50 ms) and the shutdown check bound the longest sleep.
+            max: Duration::from_millis(10),
+            _qos,
+        })
+    }
 }
 
 /// Below this many bytes a CPU copy beats a dmadev round trip (see `tigon bench dma`).
@@ -469,6 +540,7 @@ struct LoopGaps {
     max_serve_us: u64,
     max_cmds_us: u64,
     max_sleep_us: u64,
+    sleeps: u64,
 }
 
 impl LoopGaps {

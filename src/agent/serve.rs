@@ -31,6 +31,8 @@ struct Client {
     inflight: Vec<Option<InFlight>>,
     /// Completions the ring could not take yet (cannot happen with a correct client).
     backlog: VecDeque<u32>,
+    /// Completions queued since the client was last woken.
+    pushed: bool,
 }
 
 /// Counters the agent reports.
@@ -44,6 +46,8 @@ pub struct ServeStats {
     pub completions: u64,
     pub ring_full: u64,
     pub inflight: u64,
+    /// Futex wake-ups of clients blocked waiting for completions.
+    pub client_wakeups: u64,
 }
 
 /// Every client of the agent.
@@ -94,6 +98,7 @@ impl Served {
             ep: addr.ep,
             inflight: (0..n).map(|_| None).collect(),
             backlog: VecDeque::new(),
+            pushed: false,
         };
         if self.clients.len() <= slot as usize {
             self.clients.resize_with(slot as usize + 1, || None);
@@ -131,6 +136,7 @@ impl Served {
     pub fn set_state(&self, state: u32) {
         for c in self.clients.iter().flatten() {
             c.ch.set_agent_state(state);
+            c.ch.wake_client();
         }
     }
 
@@ -161,6 +167,9 @@ impl Served {
                     break;
                 }
             }
+        }
+        if n > 0 {
+            self.wake_clients();
         }
         n
     }
@@ -306,6 +315,8 @@ impl Served {
         if !c.backlog.is_empty() || !matches!(c.ch.completions.push(idx), Ok(true)) {
             self.stats.ring_full += 1;
             c.backlog.push_back(idx);
+        } else {
+            c.pushed = true;
         }
     }
 
@@ -354,9 +365,34 @@ impl Served {
                     break;
                 }
                 c.backlog.pop_front();
+                c.pushed = true;
             }
         }
+        self.wake_clients();
         n
+    }
+
+    /// Wakes clients blocked on completions queued for them since the last call.
+    fn wake_clients(&mut self) {
+        for c in self.clients.iter_mut().flatten() {
+            if std::mem::take(&mut c.pushed) && c.ch.wake_client() {
+                self.stats.client_wakeups += 1;
+            }
+        }
+    }
+
+    /// Marks the engine asleep (or awake) in every channel. Going to sleep, it returns
+    /// whether a request arrived meanwhile (then it must not sleep).
+    pub fn set_asleep(&self, asleep: bool) -> bool {
+        for c in self.clients.iter().flatten() {
+            c.ch.set_engine_asleep(asleep);
+        }
+        asleep
+            && self
+                .clients
+                .iter()
+                .flatten()
+                .any(|c| !c.ch.requests.is_empty())
     }
 
     /// Bumps every channel's heartbeat.

@@ -10,6 +10,7 @@ pub mod remote;
 pub mod ring;
 pub mod signals;
 pub mod sock;
+pub mod wake;
 
 pub use region::Region;
 pub use ring::Ring;

@@ -1,7 +1,7 @@
 //! Unix-socket plumbing of the attach handshake: peer credentials and fd passing.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 /// Credentials of the process at the other end of `s`, from the kernel (SO_PEERCRED).
@@ -41,12 +41,27 @@ pub fn peer_cred(s: &UnixStream) -> io::Result<PeerCred> {
 
 /// Sends `data` with `fd` attached (SCM_RIGHTS).
 pub fn send_with_fd(s: &UnixStream, data: &[u8], fd: &OwnedFd) -> io::Result<()> {
+    send_with_fds(s, data, &[fd.as_fd()])
+}
+
+/// At most this many descriptors travel with one message.
+pub const MAX_FDS: usize = 4;
+
+/// Sends `data` with `fds` (at most [`MAX_FDS`]) attached (SCM_RIGHTS).
+pub fn send_with_fds(s: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if fds.is_empty() || fds.len() > MAX_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "1 to 4 descriptors per message",
+        ));
+    }
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
     };
+    let payload = std::mem::size_of_val(fds) as u32;
     // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
     let mut cbuf = vec![0u64; space.div_ceil(8)];
     // SAFETY: zeroed msghdr is a valid initial value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -54,13 +69,17 @@ pub fn send_with_fd(s: &UnixStream, data: &[u8], fd: &OwnedFd) -> io::Result<()>
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = space;
-    // SAFETY: msg_control points at `space` bytes we own, so the first header fits.
+    // SAFETY: msg_control points at `space` bytes we own, so the first header and its
+    // `fds.len()` descriptors fit.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd.as_raw_fd());
+        (*c).cmsg_len = libc::CMSG_LEN(payload) as usize;
+        let data = libc::CMSG_DATA(c).cast::<i32>();
+        for (i, fd) in fds.iter().enumerate() {
+            std::ptr::write_unaligned(data.add(i), fd.as_raw_fd());
+        }
     }
     // SAFETY: msg describes valid buffers for the duration of the call.
     let n = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
@@ -78,12 +97,19 @@ pub fn send_with_fd(s: &UnixStream, data: &[u8], fd: &OwnedFd) -> io::Result<()>
 
 /// Receives up to `buf.len()` bytes and at most one passed fd.
 pub fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let (n, fds) = recv_with_fds(s, buf)?;
+    Ok((n, fds.into_iter().next()))
+}
+
+/// Receives up to `buf.len()` bytes and the descriptors passed with them (at most
+/// [`MAX_FDS`]).
+pub fn recv_with_fds(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
     // SAFETY: pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<i32>()) as u32) } as usize;
     let mut cbuf = vec![0u64; space.div_ceil(8)];
     // SAFETY: zeroed msghdr is a valid initial value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -91,24 +117,29 @@ pub fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = space;
-    // SAFETY: msg describes buffers we own; MSG_CMSG_CLOEXEC keeps the fd out of children.
+    // SAFETY: msg describes buffers we own; MSG_CMSG_CLOEXEC keeps the fds out of children.
     let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut fd = None;
-    // SAFETY: walking the control headers the kernel wrote into cbuf, within msg_controllen.
+    let mut fds = Vec::new();
+    // SAFETY: walking the control headers the kernel wrote into cbuf, within msg_controllen;
+    // each SCM_RIGHTS header holds (cmsg_len - CMSG_LEN(0)) / 4 descriptors now ours.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
-                fd = Some(OwnedFd::from_raw_fd(raw));
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(c).cast::<i32>();
+                for i in 0..count {
+                    let raw = std::ptr::read_unaligned(data.add(i));
+                    fds.push(OwnedFd::from_raw_fd(raw));
+                }
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, fd))
+    Ok((n as usize, fds))
 }
 
 #[cfg(test)]
