@@ -67,7 +67,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub idle_poll_us: Option<u64>,
     /// CPU-latency QoS request held while the agent runs, in microseconds, or `off`
-    /// (/dev/cpu_dma_latency; 0 keeps idle cores polling so wake-ups take microseconds).
+    /// (/dev/cpu_dma_latency; `0` keeps idle cores polling so wake-ups take microseconds).
     /// Default: 0 with `--idle yield`, off with `spin`.
     #[arg(long)]
     pub cpu_latency: Option<String>,
