@@ -64,7 +64,12 @@ impl Error {
         Error::Dpdk {
             what: what.into(),
             errno,
-            message: strerror(errno),
+            // Some drivers fail with -1 and leave rte_errno alone: "Success" would mislead.
+            message: if errno == 0 {
+                "failed; the driver gave no reason (see its log lines above)".into()
+            } else {
+                strerror(errno)
+            },
         }
     }
 
@@ -161,6 +166,11 @@ impl fmt::Display for Error {
                 f,
                 "link of port {port} still down after {waited_ms} ms (is the peer running?)"
             ),
+            Error::Dpdk {
+                what,
+                errno,
+                message,
+            } if *errno == 0 => write!(f, "{what}: {message}"),
             Error::Dpdk {
                 what,
                 errno,

@@ -335,7 +335,14 @@ fn engine_main(
             ..PortConfig::default()
         },
     )
-    .map_err(|e| format!("port `{port_args}`: {e}"))?;
+    .map_err(|e| {
+        let hint = if port_args.contains("net_memif") && port_args.contains("role=client") {
+            " (a memif client needs its server: start the role=server agent first, on the same socket)"
+        } else {
+            ""
+        };
+        format!("port `{port_args}`: {e}{hint}")
+    })?;
     let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
     let dma = match &a.dma {
         Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
