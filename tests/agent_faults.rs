@@ -76,7 +76,8 @@ fn sigkill_clients_mid_transfer_100_times() {
     }
     // Every channel and socket of the dead is closed.
     assert!(
-        eventually(Duration::from_secs(5), || a.fds() <= fds.0 && b.fds() <= fds.1),
+        eventually(Duration::from_secs(5), || a.fds() <= fds.0
+            && b.fds() <= fds.1),
         "file descriptors {fds:?} before, {:?} after",
         (a.fds(), b.fds())
     );
