@@ -31,7 +31,37 @@ pub struct ClusterOpts {
 pub struct Node {
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// The network namespace the node's agent runs in (veth).
+    pub netns: Option<String>,
+    /// Whether an nft loss rule drops frames entering this node.
+    lossy: bool,
     agent: Option<Child>,
+}
+
+impl Node {
+    /// Frames the `--loss` rule dropped on this node's ingress so far (None without one).
+    pub fn dropped(&self) -> Option<u64> {
+        let ns = self.netns.as_deref().filter(|_| self.lossy)?;
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "nft",
+                "list",
+                "table",
+                "netdev",
+                "tigon_loss",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        // `... counter packets N bytes M drop`
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut words = text.split_whitespace();
+        words.find(|w| *w == "packets")?;
+        words.next()?.parse().ok()
+    }
 }
 
 enum Wire {
@@ -75,7 +105,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 /// Drops `pct`% of the frames entering `iface` in namespace `ns` (this kernel has no netem).
 fn add_loss(ns: &str, iface: &str, pct: u32) -> Result<(), String> {
     let rules = format!(
-        "table netdev tigon_loss {{\n chain ingress {{\n  type filter hook ingress device \"{iface}\" priority 0; policy accept;\n  numgen random mod 100 < {pct} drop\n }}\n}}\n"
+        "table netdev tigon_loss {{\n chain ingress {{\n  type filter hook ingress device \"{iface}\" priority 0; policy accept;\n  numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
     );
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, "nft", "-f", "-"])
@@ -234,6 +264,8 @@ impl Cluster {
             c.nodes.push(Node {
                 socket,
                 log,
+                lossy: ns.is_some() && o.loss > 0,
+                netns: ns,
                 agent: Some(child),
             });
             // memif: the server must be listening before the client connects.
@@ -252,6 +284,11 @@ impl Cluster {
         loop {
             if tigon_client::agent_stats(&self.nodes[i].socket).is_ok() {
                 return Ok(());
+            }
+            // Ctrl-C (when the caller installed tigon_shm's handler): stop waiting; drop tears
+            // down what is up.
+            if tigon_shm::signals::terminating() {
+                return Err("interrupted while the nodes came up".into());
             }
             if let Some(ch) = self.nodes[i].agent.as_mut()
                 && let Ok(Some(st)) = ch.try_wait()
