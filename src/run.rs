@@ -184,12 +184,11 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         }
     }
     drop(cluster);
-    let code = exit_code(status);
-    // An interrupted job fails even if mpirun managed to exit cleanly.
-    Ok(if tigon_shm::signals::terminating() && code == 0 {
+    // An interrupted job says so (mpirun's own status after our SIGTERM is 1, or even 0).
+    Ok(if tigon_shm::signals::terminating() {
         INTERRUPTED
     } else {
-        code
+        exit_code(status)
     })
 }
 
