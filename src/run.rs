@@ -86,7 +86,7 @@ pub fn mpirun_command(
     Ok(cmd)
 }
 
-/// Processes descended from `pid` (children first found through /proc), deepest last.
+/// Processes descended from `pid` (through /proc/PID/task/TID/children).
 fn descendants(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut todo = vec![pid];
