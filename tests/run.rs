@@ -299,21 +299,28 @@ fn running(pid: u32) -> bool {
 
 /// Waits until `np` ranks of `prog` run under `job` and its first agent has carried
 /// rendezvous traffic: the job is mid-transfer. Returns the ranks.
-fn wait_mid_transfer(job: &Job, prog: &Path, np: usize) -> Vec<u32> {
+fn wait_mid_transfer(job: Job, prog: &Path, np: usize) -> (Job, Vec<u32>) {
+    let mut job = job;
     let sock = std::env::temp_dir().join(format!("tigon-run-{}/agent0.sock", tag(job.pid())));
     let mut r = Vec::new();
+    let mut ended = false;
     let mid = eventually(Duration::from_secs(120), || {
+        ended = !matches!(job.child.try_wait(), Ok(None));
         r = ranks(job.pid(), prog);
-        r.len() == np
-            && tigon_client::agent_stats(&sock)
-                .is_ok_and(|s| s["messages"]["rendezvous"].as_u64().unwrap_or(0) > 20)
+        ended
+            || r.len() == np
+                && tigon_client::agent_stats(&sock)
+                    .is_ok_and(|s| s["messages"]["rendezvous"].as_u64().unwrap_or(0) > 20)
     });
+    if ended {
+        panic!("the job ended early: {}", job.wait(JOB).text());
+    }
     assert!(
         mid,
         "job never got going: ranks {r:?}, agent 0: {:?}",
         tigon_client::agent_stats(&sock)
     );
-    r
+    (job, r)
 }
 
 /// Both agents carried messages of the job: the MTL was used, not ob1.
@@ -490,7 +497,7 @@ fn rank_killed_mid_transfer() {
         order.to_str().unwrap(),
         "1000000",
     ]);
-    let ranks = wait_mid_transfer(&job, &order, 2);
+    let (job, ranks) = wait_mid_transfer(job, &order, 2);
     signal("KILL", ranks[1]);
     let killed = Instant::now();
     let e = job.wait(bound);
@@ -533,7 +540,7 @@ fn sigint_tears_down() {
         order.to_str().unwrap(),
         "1000000",
     ]);
-    let ranks = wait_mid_transfer(&job, &order, 2);
+    let (job, ranks) = wait_mid_transfer(job, &order, 2);
     // While it runs, the names leftovers() looks for exist (with loss: the nodes' namespaces
     // and the middle one with the bridge): the check below is not vacuous.
     let up = leftovers(job.pid());
