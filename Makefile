@@ -53,6 +53,6 @@ fmt:
 fmt-check:
 	$(CARGO) fmt --all --check
 
-# Removes network namespaces left by an interrupted test or demo (names tgA*/tgB*/tgM*).
+# Removes network namespaces left by an interrupted test, demo or tigon run (names tgA*/tgB*/tgM*/tgN*).
 clean-netns:
-	@for ns in $$(ip netns list | awk '/^tg[ABM]/ {print $$1}'); do ip netns del "$$ns" && echo "deleted netns $$ns"; done
+	@for ns in $$(ip netns list | awk '/^tg[ABMN]/ {print $$1}'); do ip netns del "$$ns" && echo "deleted netns $$ns"; done

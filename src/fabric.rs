@@ -31,7 +31,29 @@ pub struct ClusterOpts {
 pub struct Node {
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// The namespace and nft chain of the `--loss` rule on this node's frames.
+    loss: Option<(String, String)>,
     agent: Option<Child>,
+}
+
+impl Node {
+    /// Frames the `--loss` rule dropped of those this node sent so far (None without one).
+    pub fn dropped(&self) -> Option<u64> {
+        let (ns, chain) = self.loss.as_ref()?;
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "nft", "list", "chain", "netdev", LOSS_TABLE,
+            ])
+            .arg(chain)
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        // `... counter packets N bytes M drop`
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut words = text.split_whitespace();
+        words.find(|w| *w == "packets")?;
+        words.next()?.parse().ok()
+    }
 }
 
 enum Wire {
@@ -40,9 +62,11 @@ enum Wire {
     Pair {
         _pair: VethPair,
     },
+    /// Held for their Drop: deleting the namespaces deletes the veths and the bridge in them
+    /// (and the nft table).
     Bridge {
-        bridge: String,
-        ns: Vec<Netns>,
+        _nodes: Vec<Netns>,
+        _middle: Netns,
     },
 }
 
@@ -72,11 +96,21 @@ fn ip(args: &[&str]) -> Result<(), String> {
     run_quiet(Command::new("ip").args(args))
 }
 
-/// Drops `pct`% of the frames entering `iface` in namespace `ns` (this kernel has no netem).
-fn add_loss(ns: &str, iface: &str, pct: u32) -> Result<(), String> {
-    let rules = format!(
-        "table netdev tigon_loss {{\n chain ingress {{\n  type filter hook ingress device \"{iface}\" priority 0; policy accept;\n  numgen random mod 100 < {pct} drop\n }}\n}}\n"
-    );
+const LOSS_TABLE: &str = "tigon_loss";
+
+/// Agents' `--peer-timeout-ms` unless the caller passes one.
+pub const EMULATED_PEER_TIMEOUT_MS: &str = "30000";
+
+/// In namespace `ns`, drops `pct`% of the frames entering each of `ports` at random (this
+/// kernel has no netem), counting them: one chain per port, named after it.
+fn add_loss(ns: &str, ports: &[String], pct: u32) -> Result<(), String> {
+    let mut rules = format!("table netdev {LOSS_TABLE} {{\n");
+    for p in ports {
+        rules += &format!(
+            " chain {p} {{\n  type filter hook ingress device \"{p}\" priority 0; policy accept;\n  numgen random mod 100 < {pct} counter drop\n }}\n"
+        );
+    }
+    rules += "}\n";
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, "nft", "-f", "-"])
         .stdin(Stdio::piped())
@@ -95,11 +129,21 @@ fn add_loss(ns: &str, iface: &str, pct: u32) -> Result<(), String> {
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!(
-            "nft loss rule on {iface}: {}",
+            "nft loss rules in {ns}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
     Ok(())
+}
+
+/// Best effort: no IPv6 on `iface` in `ns` (no router solicitations or DAD frames reaching
+/// the agents).
+fn no_ipv6(ns: &str, iface: &str) {
+    let _ = run_quiet(
+        Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-qw"])
+            .arg(format!("net.ipv6.conf.{iface}.disable_ipv6=1")),
+    );
 }
 
 impl Cluster {
@@ -124,6 +168,8 @@ impl Cluster {
             wire: Wire::None,
         };
         let mut ports: Vec<(String, Option<String>)> = Vec::new();
+        // Per node: where its loss rule is (namespace, chain).
+        let mut loss: Vec<Option<(String, String)>> = vec![None; o.nodes];
         match o.fabric {
             FabricKind::Memif => {
                 let sock = dir.join("memif.sock");
@@ -135,7 +181,7 @@ impl Cluster {
                     ));
                 }
             }
-            FabricKind::Veth if o.nodes <= 2 => {
+            FabricKind::Veth if o.nodes <= 2 && o.loss == 0 => {
                 let pair = VethPair::new(&tag, o.mtu)?;
                 let ends = [
                     (pair.a.clone(), pair.ns_a.name().to_string()),
@@ -143,55 +189,52 @@ impl Cluster {
                 ];
                 for (iface, ns) in ends.iter().take(o.nodes) {
                     ports.push((af_packet(iface, o.mtu), Some(ns.clone())));
-                    if o.loss > 0 {
-                        add_loss(ns, iface, o.loss)?;
-                    }
                 }
                 c.wire = Wire::Pair { _pair: pair };
             }
             FabricKind::Veth => {
-                let bridge = format!("tgbr{tag}");
-                ip(&["link", "add", &bridge, "type", "bridge"])?;
-                ip(&["link", "set", &bridge, "mtu", &o.mtu.to_string(), "up"])?;
+                // The nodes' veths meet on a bridge in a middle namespace, where the loss
+                // rules drop frames entering the bridge. Not in the nodes' own namespaces: a
+                // packet socket (af_packet) receives a frame before the netdev ingress hook
+                // runs, and a frame dropped on egress is sent again from af_packet's transmit
+                // ring, so nothing would be lost. In the middle no packet socket listens.
+                let middle = Netns::new(&format!("tgM{tag}"))?;
+                let m = middle.name().to_string();
+                let mtu = o.mtu.to_string();
+                ip(&["-n", &m, "link", "add", "br0", "type", "bridge"])?;
+                no_ipv6(&m, "br0");
+                ip(&["-n", &m, "link", "set", "br0", "mtu", &mtu, "up"])?;
                 let mut nss = Vec::new();
-                c.wire = Wire::Bridge {
-                    bridge: bridge.clone(),
-                    ns: Vec::new(),
-                };
+                let mut bridge_ports = Vec::new();
                 for i in 0..o.nodes {
                     let ns = Netns::new(&format!("tgN{tag}{i}"))?;
-                    let (inner, outer) = (format!("tvn{tag}{i}"), format!("tvh{tag}{i}"));
+                    let (inner, port) = (format!("tvn{tag}{i}"), format!("p{i}"));
+                    // Both ends are born in the middle namespace: deleting it deletes them,
+                    // also when a step below fails.
                     ip(&[
-                        "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+                        "-n", &m, "link", "add", &inner, "type", "veth", "peer", "name", &port,
                     ])?;
-                    ip(&["link", "set", &inner, "netns", ns.name()])?;
-                    ip(&[
-                        "link",
-                        "set",
-                        &outer,
-                        "master",
-                        &bridge,
-                        "mtu",
-                        &o.mtu.to_string(),
-                        "up",
-                    ])?;
-                    ip(&[
-                        "-n",
-                        ns.name(),
-                        "link",
-                        "set",
-                        &inner,
-                        "mtu",
-                        &o.mtu.to_string(),
-                        "up",
-                    ])?;
-                    if o.loss > 0 {
-                        add_loss(ns.name(), &inner, o.loss)?;
-                    }
+                    ip(&["-n", &m, "link", "set", &inner, "netns", ns.name()])?;
+                    no_ipv6(&m, &port);
+                    no_ipv6(ns.name(), &inner);
+                    ip(&["-n", &m, "link", "set", &port, "mtu", &mtu])?;
+                    ip(&["-n", &m, "link", "set", &port, "master", "br0", "up"])?;
+                    ip(&["-n", ns.name(), "link", "set", &inner, "mtu", &mtu, "up"])?;
                     ports.push((af_packet(&inner, o.mtu), Some(ns.name().to_string())));
+                    bridge_ports.push(port);
                     nss.push(ns);
                 }
-                c.wire = Wire::Bridge { bridge, ns: nss };
+                if o.loss > 0 {
+                    add_loss(&m, &bridge_ports, o.loss)?;
+                    loss = bridge_ports
+                        .into_iter()
+                        .map(|p| Some((m.clone(), p)))
+                        .collect();
+                }
+                c.wire = Wire::Bridge {
+                    _nodes: nss,
+                    _middle: middle,
+                };
             }
         }
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -223,6 +266,16 @@ impl Cluster {
             if o.dma {
                 cmd.args(["--dma", "dma_skeleton0"]);
             }
+            // The emulated nodes share this machine's cores with the ranks and whatever else
+            // runs: an agent starved for seconds is not a dead peer (the agent's default
+            // timeout, 5 s, aborted jobs on a loaded 2-core machine).
+            if !o
+                .agent_args
+                .iter()
+                .any(|a| a.starts_with("--peer-timeout-ms"))
+            {
+                cmd.args(["--peer-timeout-ms", EMULATED_PEER_TIMEOUT_MS]);
+            }
             cmd.args(&o.agent_args);
             let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
             let child = cmd
@@ -234,6 +287,7 @@ impl Cluster {
             c.nodes.push(Node {
                 socket,
                 log,
+                loss: loss[i].take(),
                 agent: Some(child),
             });
             // memif: the server must be listening before the client connects.
@@ -252,6 +306,11 @@ impl Cluster {
         loop {
             if tigon_client::agent_stats(&self.nodes[i].socket).is_ok() {
                 return Ok(());
+            }
+            // Ctrl-C (when the caller installed tigon_shm's handler): stop waiting; drop tears
+            // down what is up.
+            if tigon_shm::signals::terminating() {
+                return Err("interrupted while the nodes came up".into());
             }
             if let Some(ch) = self.nodes[i].agent.as_mut()
                 && let Ok(Some(st)) = ch.try_wait()
@@ -305,11 +364,7 @@ fn af_packet(iface: &str, mtu: u16) -> String {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop_agents();
-        if let Wire::Bridge { bridge, ns } = std::mem::replace(&mut self.wire, Wire::None) {
-            drop(ns);
-            let _ = ip(&["link", "del", &bridge]);
-        }
-        // A pair's namespaces (and the nft tables in them) go with it.
+        // The namespaces, and the veths, bridge and nft tables in them.
         self.wire = Wire::None;
         let _ = std::fs::remove_dir_all(&self.dir);
     }

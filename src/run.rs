@@ -28,9 +28,14 @@ pub struct RunArgs {
     /// Extra `mpirun` options (repeatable), e.g. --mpirun-arg=--tag-output.
     #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
     pub mpirun_args: Vec<String>,
-    /// Extra agent options (repeatable).
+    /// Extra agent options (repeatable), e.g. --agent-arg=--peer-timeout-ms=30000.
     #[arg(long = "agent-arg", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
+    /// When the job ends (also on failure or Ctrl-C), print each agent's counters to stderr
+    /// before the agents stop: one line `tigon run: agent I stats: JSON` per agent (the JSON
+    /// of `tigon stats`), and with --loss `tigon run: node I loss rule dropped N frames`.
+    #[arg(long)]
+    pub stats: bool,
     /// The MPI program and its arguments.
     #[arg(last = true, required = true)]
     pub program: Vec<String>,
@@ -81,6 +86,46 @@ pub fn mpirun_command(
     Ok(cmd)
 }
 
+/// Processes descended from `pid` (through /proc/PID/task/TID/children).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids
+                .split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok())
+            {
+                out.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    out
+}
+
+fn kill(sig: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .args(pids.iter().map(u32::to_string))
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Exit code for a child's status: its code, or 128 + the signal that ended it.
+fn exit_code(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code()
+        .unwrap_or_else(|| 128 + st.signal().unwrap_or(libc::SIGTERM))
+}
+
 pub fn run(a: RunArgs) -> Result<i32, String> {
     if a.np == 0 {
         return Err("-np must be at least 1".into());
@@ -97,10 +142,15 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let cluster = Cluster::start(&opts)?;
     let mut cmd = mpirun_command(&cluster, a.np, &a.mpirun_args, &a.program)?;
     log::debug!("{cmd:?}");
+    // Ctrl-C while the nodes came up: do not start the job.
+    if tigon_shm::signals::terminating() {
+        return Ok(INTERRUPTED);
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting mpirun: {e} (install openmpi-bin)"))?;
-    // Wait for the job; on Ctrl-C / SIGTERM give mpirun a moment to stop its ranks, then kill.
+    // Wait for the job; on Ctrl-C / SIGTERM give mpirun a moment to stop its ranks, then kill
+    // it and whatever it started (ranks it left behind would spin against stopped agents).
     let mut stop_at: Option<Instant> = None;
     let status = loop {
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
@@ -109,19 +159,38 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         if tigon_shm::signals::terminating() {
             match stop_at {
                 None => {
-                    let _ = Command::new("kill")
-                        .args(["-TERM", &child.id().to_string()])
-                        .status();
+                    kill("TERM", &[child.id()]);
                     stop_at = Some(Instant::now());
                 }
                 Some(t) if t.elapsed() > Duration::from_secs(5) => {
-                    let _ = child.kill();
+                    let mut all = descendants(child.id());
+                    all.push(child.id());
+                    kill("KILL", &all);
                 }
                 _ => {}
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    if a.stats {
+        for (i, n) in cluster.nodes.iter().enumerate() {
+            match tigon_client::agent_stats(&n.socket) {
+                Ok(v) => eprintln!("tigon run: agent {i} stats: {v}"),
+                Err(e) => eprintln!("tigon run: agent {i} stats: unavailable ({e})"),
+            }
+            if let Some(d) = n.dropped() {
+                eprintln!("tigon run: node {i} loss rule dropped {d} frames");
+            }
+        }
+    }
     drop(cluster);
-    Ok(status.code().unwrap_or(128 + 15))
+    // An interrupted job says so (mpirun's own status after our SIGTERM is 1, or even 0).
+    Ok(if tigon_shm::signals::terminating() {
+        INTERRUPTED
+    } else {
+        exit_code(status)
+    })
 }
+
+/// Exit code of a job stopped by Ctrl-C / SIGTERM (the shell's 128 + SIGINT).
+const INTERRUPTED: i32 = 130;

@@ -1,0 +1,570 @@
+//! `tigon run` end to end: the real binary starts emulated nodes (a memif pair, or network
+//! namespaces joined by veth with af_packet agents, with nft loss), runs the MTL's MPI test
+//! programs (ompi-mtl/tests/mpi/*.c) under mpirun, passes their output and exit status
+//! through, and tears everything down: after a normal job, a rank killed mid-transfer, or
+//! Ctrl-C.
+//!
+//! Needs the MTL built next to `tigon` (`cargo build -p tigon-ompi-mtl`; `make test` does it
+//! first). The agents pin lcores 0 and 1: nextest runs these tests in the `dpdk-pinned` group.
+
+mod common;
+
+use common::{TIGON, eventually, num};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An MPI test program built with mpicc: `ompi-mtl/tests/mpi/<name>.c`, or this crate's
+/// `tests/mpi/<name>.c`.
+fn program(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = [root.join("tests/mpi"), root.join("ompi-mtl/tests/mpi")]
+        .into_iter()
+        .map(|d| d.join(format!("{name}.c")))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no source for MPI program {name}"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-mpi");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let out = dir.join(name);
+    // Built under a private name, then renamed: tests in other processes may build it too.
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    let st = Command::new("mpicc")
+        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .status()
+        .expect("running mpicc (apt-get install openmpi-bin libopenmpi-dev)");
+    assert!(st.success(), "mpicc {} failed", src.display());
+    std::fs::rename(&tmp, &out).expect("rename");
+    out
+}
+
+fn check_mtl_built() {
+    let so = Path::new(TIGON).with_file_name("libmca_mtl_tigon.so");
+    assert!(
+        so.exists(),
+        "{} missing: build the MTL first (cargo build -p tigon-ompi-mtl; make test does)",
+        so.display()
+    );
+}
+
+/// A running `tigon run`, its output going to files (no pipe to fill up).
+struct Job {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+    started: Instant,
+}
+
+/// How a `tigon run` ended.
+struct Ended {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+    timed_out: bool,
+    pid: u32,
+}
+
+impl Ended {
+    fn text(&self) -> String {
+        format!(
+            "tigon run (pid {}) exit {:?}{} after {:.1?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.pid,
+            self.status,
+            if self.timed_out { " (TIMED OUT)" } else { "" },
+            self.elapsed,
+            self.stdout,
+            self.stderr
+        )
+    }
+
+    /// Exited 0 and the program printed `OK <name>`.
+    fn assert_ok(&self, name: &str) {
+        assert!(
+            !self.timed_out
+                && self.status == Some(0)
+                && self.stdout.contains(&format!("OK {name}")),
+            "{name} failed: {}",
+            self.text()
+        );
+    }
+
+    /// The agents' counters printed by `--stats`, in node order.
+    fn stats(&self) -> Vec<Value> {
+        self.stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("tigon run: agent "))
+            .filter_map(|l| l.split_once(" stats: "))
+            .map(|(_, json)| {
+                serde_json::from_str(json)
+                    .unwrap_or_else(|e| panic!("bad stats line `{json}`: {e}: {}", self.text()))
+            })
+            .collect()
+    }
+
+    /// Frames the loss rules dropped, summed over the nodes (`--stats` with `--loss`).
+    fn dropped(&self) -> u64 {
+        self.stderr
+            .lines()
+            .filter_map(|l| l.split_once(" loss rule dropped "))
+            .filter_map(|(_, n)| n.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+impl Job {
+    fn start(args: &[&str]) -> Job {
+        check_mtl_built();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let base = std::env::temp_dir().join(format!("tigon-run-test-{}-{t}", std::process::id()));
+        let (out, err) = (base.with_extension("out"), base.with_extension("err"));
+        let child = Command::new(TIGON)
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("stdout file"))
+            .stderr(std::fs::File::create(&err).expect("stderr file"))
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("spawning tigon run");
+        Job {
+            child,
+            out,
+            err,
+            started: Instant::now(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `timeout`; then stops it (SIGINT, SIGKILL 30 s later) and says so.
+    fn wait(mut self, timeout: Duration) -> Ended {
+        let pid = self.pid();
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                break st.code();
+            }
+            if self.started.elapsed() > timeout {
+                timed_out = true;
+                signal("INT", pid);
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(30) {
+                    if let Ok(Some(_)) = self.child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = self.child.kill();
+                break self.child.wait().ok().and_then(|s| s.code());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let read = |p: &Path| {
+            let s = std::fs::read_to_string(p).unwrap_or_default();
+            let _ = std::fs::remove_file(p);
+            s
+        };
+        Ended {
+            status,
+            stdout: read(&self.out),
+            stderr: read(&self.err),
+            elapsed: self.started.elapsed(),
+            timed_out,
+            pid,
+        }
+    }
+}
+
+/// A test that fails while its job runs stops the job the way a user would (Ctrl-C), so
+/// that its agents and ranks do not linger and load the machine.
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        signal("INT", self.pid());
+        let t = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+        let _ = std::fs::remove_file(&self.err);
+    }
+}
+
+/// `tigon run ARGS`, bounded by `timeout`.
+fn tigon_run(args: &[&str], timeout: Duration) -> Ended {
+    Job::start(args).wait(timeout)
+}
+
+fn signal(sig: &str, pid: u32) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The tag of the first cluster a `tigon run` with this pid creates: its namespaces,
+/// interfaces and scratch directory are named with it (tigon_pmd::testbed::unique_tag).
+fn tag(pid: u32) -> String {
+    format!("{:x}0", pid & 0xfffff)
+}
+
+/// What the `tigon run` with this pid left behind: namespaces, links, its scratch directory
+/// (agents' sockets and logs), processes started with paths in it (agents), and loss tables
+/// outside a namespace. Empty when it cleaned up.
+fn leftovers(pid: u32) -> Vec<String> {
+    let tag = tag(pid);
+    let mut left: Vec<String> = sh("ip", &["netns", "list"])
+        .lines()
+        .chain(sh("ip", &["-o", "link", "show"]).lines())
+        .filter(|l| l.contains(&tag))
+        .map(str::to_string)
+        .collect();
+    let dir = std::env::temp_dir().join(format!("tigon-run-{tag}"));
+    if dir.exists() {
+        left.push(format!("directory {}", dir.display()));
+    }
+    let pattern = format!("{}/", dir.display());
+    left.extend(
+        sh("pgrep", &["-af", &pattern])
+            .lines()
+            .map(|l| format!("process {l}")),
+    );
+    left.extend(
+        sh("nft", &["list", "tables"])
+            .lines()
+            .filter(|l| l.contains("tigon_loss"))
+            .map(|l| format!("root namespace nft {l}")),
+    );
+    left
+}
+
+fn assert_clean(e: &Ended) {
+    let left = leftovers(e.pid);
+    assert!(left.is_empty(), "left behind: {left:#?}\n{}", e.text());
+}
+
+/// Processes descended from `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                out.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// The running ranks of `prog` under the `tigon run` with this pid.
+fn ranks(pid: u32, prog: &Path) -> Vec<u32> {
+    descendants(pid)
+        .into_iter()
+        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == prog))
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie does not: it only waits for its parent to reap it).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, r)| r.starts_with(" Z")))
+}
+
+/// Waits until `np` ranks of `prog` run under `job` and its first agent has carried
+/// rendezvous traffic: the job is mid-transfer. Returns the ranks.
+fn wait_mid_transfer(job: Job, prog: &Path, np: usize) -> (Job, Vec<u32>) {
+    let mut job = job;
+    let sock = std::env::temp_dir().join(format!("tigon-run-{}/agent0.sock", tag(job.pid())));
+    let mut r = Vec::new();
+    let mut ended = false;
+    let mid = eventually(Duration::from_secs(120), || {
+        ended = !matches!(job.child.try_wait(), Ok(None));
+        r = ranks(job.pid(), prog);
+        ended
+            || r.len() == np
+                && tigon_client::agent_stats(&sock)
+                    .is_ok_and(|s| s["messages"]["rendezvous"].as_u64().unwrap_or(0) > 20)
+    });
+    if ended {
+        panic!("the job ended early: {}", job.wait(JOB).text());
+    }
+    assert!(
+        mid,
+        "job never got going: ranks {r:?}, agent 0: {:?}",
+        tigon_client::agent_stats(&sock)
+    );
+    (job, r)
+}
+
+/// Both agents carried messages of the job: the MTL was used, not ob1.
+fn assert_traffic(e: &Ended, nodes: usize) {
+    let stats = e.stats();
+    assert_eq!(stats.len(), nodes, "--stats lines: {}", e.text());
+    for (i, s) in stats.iter().enumerate() {
+        assert!(
+            num(s, "/messages/sends") > 0 && num(s, "/messages/failed") == 0,
+            "agent {i}: {s}\n{}",
+            e.text()
+        );
+    }
+}
+
+const JOB: Duration = Duration::from_secs(240);
+
+#[test]
+fn memif_jobs_and_exit_status() {
+    for np in ["2", "4"] {
+        let prog = program("p2p_basic");
+        let p = prog.to_str().unwrap();
+        let e = tigon_run(&["--stats", "-np", np, "--", p], JOB);
+        e.assert_ok("p2p_basic");
+        assert_traffic(&e, 2);
+        assert_clean(&e);
+        eprintln!("memif p2p_basic -np {np}: {:.1?}", e.elapsed);
+    }
+    // Rank 1 exits with 3 after a clean MPI_Finalize: so does the job.
+    let prog = program("exit_code");
+    let e = tigon_run(&["-np", "2", "--", prog.to_str().unwrap(), "1", "3"], JOB);
+    assert!(
+        !e.timed_out && e.status == Some(3) && e.stdout.contains("rank 1 exits with 3 (sum 1)"),
+        "expected exit status 3: {}",
+        e.text()
+    );
+    assert_clean(&e);
+    // Options that do not fit the fabric are refused before anything starts.
+    let e = tigon_run(&["--loss", "5", "--", "true"], JOB);
+    assert!(
+        e.status == Some(1) && e.stderr.contains("--loss needs --fabric veth"),
+        "{}",
+        e.text()
+    );
+}
+
+/// The programs over veth (af_packet agents in two namespaces), 2 to 4 ranks over 2 nodes,
+/// then 3 ranks over 3 nodes on a bridge.
+#[test]
+fn veth_programs() {
+    let jobs: &[(&str, &str, &[&str])] = &[
+        ("p2p_basic", "2", &[]),
+        ("order", "2", &["1000"]),
+        ("sizes", "2", &[]),
+        ("probe", "3", &[]),
+        ("collectives", "4", &[]),
+        ("threads", "2", &["200"]),
+    ];
+    for (name, np, args) in jobs {
+        let prog = program(name);
+        let mut a = vec![
+            "--fabric",
+            "veth",
+            "--stats",
+            "-np",
+            np,
+            "--",
+            prog.to_str().unwrap(),
+        ];
+        a.extend_from_slice(args);
+        let e = tigon_run(&a, JOB);
+        e.assert_ok(name);
+        assert_traffic(&e, 2);
+        assert_clean(&e);
+        eprintln!("veth {name} -np {np}: {:.1?}", e.elapsed);
+    }
+    let prog = program("p2p_basic");
+    let e = tigon_run(
+        &[
+            "--fabric",
+            "veth",
+            "--nodes",
+            "3",
+            "--stats",
+            "-np",
+            "3",
+            "--",
+            prog.to_str().unwrap(),
+        ],
+        JOB,
+    );
+    e.assert_ok("p2p_basic");
+    assert_traffic(&e, 3);
+    assert_clean(&e);
+}
+
+/// 5% of the frames entering each node dropped: contents still check out, because the agents
+/// retransmitted.
+#[test]
+fn veth_with_loss() {
+    for (name, args) in [("sizes", &[][..]), ("order", &["500"][..])] {
+        let prog = program(name);
+        let mut a = vec![
+            "--fabric",
+            "veth",
+            "--loss",
+            "5",
+            "--stats",
+            "-np",
+            "2",
+            "--",
+            prog.to_str().unwrap(),
+        ];
+        a.extend_from_slice(args);
+        let e = tigon_run(&a, JOB);
+        e.assert_ok(name);
+        assert_traffic(&e, 2);
+        let sum = |ptr: &str| -> u64 { e.stats().iter().map(|s| num(s, ptr)).sum() };
+        let retransmits = sum("/retransmits");
+        // What the rules dropped went missing between the agents (a rule a packet socket
+        // still sees past would leave this at 0), and the agents made up for it.
+        let lost = sum("/port/opackets").saturating_sub(sum("/port/ipackets"));
+        assert!(
+            e.dropped() > 0 && lost >= e.dropped() / 2 && retransmits > 0,
+            "{name}: {} frames dropped, {lost} lost, {retransmits} retransmits: {}",
+            e.dropped(),
+            e.text()
+        );
+        assert_clean(&e);
+        eprintln!(
+            "veth 5% loss {name}: {:.1?}, {} dropped, {lost} lost, {retransmits} retransmits",
+            e.elapsed,
+            e.dropped()
+        );
+    }
+}
+
+/// A rank dies mid-transfer (killing itself, then killed from outside): the job fails
+/// promptly, nothing is left behind, and the next job runs.
+#[test]
+fn rank_killed_mid_transfer() {
+    let bound = Duration::from_secs(90);
+    let dying = program("peer_death");
+    let e = tigon_run(
+        &[
+            "--fabric",
+            "veth",
+            "--agent-arg=--peer-timeout-ms=10000",
+            "-np",
+            "2",
+            "--",
+            dying.to_str().unwrap(),
+        ],
+        bound,
+    );
+    assert!(
+        !e.timed_out && e.status.is_some_and(|s| s != 0),
+        "the job should fail within {bound:?}: {}",
+        e.text()
+    );
+    assert!(e.stderr.contains("rank 1: killing myself"), "{}", e.text());
+    assert_clean(&e);
+    eprintln!("peer_death: exit {:?} after {:.1?}", e.status, e.elapsed);
+
+    // SIGKILL to a rank in the middle of a long stream.
+    let order = program("order");
+    let job = Job::start(&[
+        "--fabric",
+        "veth",
+        "--agent-arg=--peer-timeout-ms=10000",
+        "-np",
+        "2",
+        "--",
+        order.to_str().unwrap(),
+        "1000000",
+    ]);
+    let (job, ranks) = wait_mid_transfer(job, &order, 2);
+    signal("KILL", ranks[1]);
+    let killed = Instant::now();
+    let e = job.wait(bound);
+    assert!(
+        !e.timed_out && e.status.is_some_and(|s| s != 0),
+        "the job should fail within {bound:?}: {}",
+        e.text()
+    );
+    assert_clean(&e);
+    assert!(
+        !ranks.iter().any(|&r| running(r)),
+        "ranks {ranks:?} still run"
+    );
+    eprintln!(
+        "rank killed: exit {:?} {:.1?} after the kill",
+        e.status,
+        killed.elapsed()
+    );
+
+    let prog = program("p2p_basic");
+    let next = tigon_run(&["--fabric", "veth", "--", prog.to_str().unwrap()], JOB);
+    next.assert_ok("p2p_basic");
+    assert_clean(&next);
+    eprintln!("next job: {:.1?}", next.elapsed);
+}
+
+/// Ctrl-C in the middle of a job (on a lossy wire): the ranks, agents, namespaces, veths and
+/// nft tables go, and `tigon run` fails.
+#[test]
+fn sigint_tears_down() {
+    let order = program("order");
+    let job = Job::start(&[
+        "--fabric",
+        "veth",
+        "--loss",
+        "1",
+        "-np",
+        "2",
+        "--",
+        order.to_str().unwrap(),
+        "1000000",
+    ]);
+    let (job, ranks) = wait_mid_transfer(job, &order, 2);
+    // While it runs, the names leftovers() looks for exist (with loss: the nodes' namespaces
+    // and the middle one with the bridge): the check below is not vacuous.
+    let up = leftovers(job.pid());
+    assert!(
+        up.iter().filter(|l| l.starts_with("tg")).count() == 3
+            && up.iter().filter(|l| l.contains(" agent --port ")).count() == 2,
+        "expected the namespaces, veths and two agents of the running job: {up:#?}"
+    );
+    signal("INT", job.pid());
+    let sent = Instant::now();
+    let e = job.wait(Duration::from_secs(60));
+    assert!(
+        !e.timed_out && e.status == Some(130),
+        "tigon run should stop and exit 130 on SIGINT: {}",
+        e.text()
+    );
+    assert_clean(&e);
+    eprintln!(
+        "SIGINT: exit {:?} {:.1?} after the signal",
+        e.status,
+        sent.elapsed()
+    );
+    assert!(
+        !ranks.iter().any(|&r| running(r)),
+        "ranks {ranks:?} still run"
+    );
+}
