@@ -37,7 +37,7 @@ enum Which {
         /// Measurements to run, of logp,bw,avail,dbuf,emp.
         #[arg(long)]
         tests: Option<String>,
-        /// Wall time per measurement in ms (default 60 with --quick, else 300).
+        /// Wall time per measurement in ms (default 40 with --quick, else 250).
         #[arg(long)]
         budget_ms: Option<u64>,
         /// Fabric between tigon's two emulated nodes.

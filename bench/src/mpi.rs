@@ -242,6 +242,8 @@ pub enum Record {
         quiet_ns: f64,
         comm_ns: f64,
         rounds: u64,
+        #[serde(default)]
+        truncated: u64,
     },
     Dbuf {
         regime: String,
@@ -465,6 +467,8 @@ pub struct AvailRow {
     pub bandwidth_mb_s: f64,
     pub effective_mb_s: f64,
     pub rounds: u64,
+    /// The comm run hit its wall-time limit; both runs did the work it had done by then.
+    pub truncated: bool,
 }
 
 /// Double buffering at one buffer size (seed 000, Fig. 7).
@@ -645,6 +649,7 @@ pub fn summarize(t: Transport, mpirun: String, recs: &[Record]) -> TransportResu
                 quiet_ns,
                 comm_ns,
                 rounds,
+                truncated,
             } => {
                 let availability = quiet_ns / comm_ns;
                 let bw = 2.0 * *size as f64 * *rounds as f64 / comm_ns * 1e3;
@@ -656,6 +661,7 @@ pub fn summarize(t: Transport, mpirun: String, recs: &[Record]) -> TransportResu
                     bandwidth_mb_s: bw,
                     effective_mb_s: availability.min(1.0) * bw,
                     rounds: *rounds,
+                    truncated: *truncated != 0,
                 });
             }
             Record::Dbuf {
@@ -1080,7 +1086,11 @@ pub fn render(rep: &MpiReport, targets: &[Target]) -> String {
                         .find(|a| a.size == size && a.poll == poll)
                     {
                         Some(a) => row.extend([
-                            f(a.availability * 100.0, 0),
+                            format!(
+                                "{}{}",
+                                f(a.availability * 100.0, 0),
+                                if a.truncated { "*" } else { "" }
+                            ),
                             f(a.bandwidth_mb_s, 0),
                             f(a.effective_mb_s, 0),
                         ]),
@@ -1092,6 +1102,11 @@ pub fn render(rep: &MpiReport, targets: &[Target]) -> String {
             .collect();
         let head: Vec<&str> = head.iter().map(String::as_str).collect();
         s.push_str(&report::table(&head, &rows));
+        if ts.iter().flat_map(|r| &r.availability).any(|a| a.truncated) {
+            s.push_str(
+                "\n* the run hit its time limit: less work than the others, same in both runs",
+            );
+        }
         s.push_str("\n\n");
     }
 
@@ -1201,6 +1216,22 @@ pub fn render(rep: &MpiReport, targets: &[Target]) -> String {
         s.push_str("\n\n");
     }
 
+    for r in ts {
+        if let Some(serde_json::Value::Array(st)) = &r.agent_stats {
+            for (i, a) in st.iter().enumerate() {
+                s.push_str(&format!(
+                    "{} agent {i}: {} frames out, {} in, {} retransmits, {} duplicates dropped, longest engine-loop gap {} ms\n",
+                    r.label,
+                    a["frames"]["tx"],
+                    a["frames"]["rx"],
+                    a["retransmits"],
+                    a["drops"]["duplicates"],
+                    a["engine_loop"]["max_gap_us"].as_u64().map_or("?".into(), |u| (u / 1000).to_string()),
+                ));
+            }
+            s.push('\n');
+        }
+    }
     s.push_str("targets (tigon, this machine, this run):\n");
     s.push_str(&report::render_targets(targets));
     s.push('\n');
