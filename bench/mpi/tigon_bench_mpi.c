@@ -528,13 +528,21 @@ static double standalone_rate(int producer, long upk)
     return (double)n * 8 / best * 1e9;
 }
 
-/* Units per KiB giving `rate` bytes/s, the data work's own cost taken off. */
+/* Units per KiB giving `rate` bytes/s, the data work's own cost taken off; refined from
+ * measured rates, since a unit's cost here need not be the one calibrated at start. */
 static long upk_for_rate(int producer, double rate)
 {
     double base = 1024e9 / standalone_rate(producer, 0); /* ns per KiB of the data work */
     double want = 1024e9 / rate;
     double extra = want > base ? want - base : 0;
-    return (long)(extra / ns_per_unit + 0.5);
+    long upk = (long)(extra / ns_per_unit + 0.5);
+    for (int k = 0; k < 3 && upk > 0; k++) {
+        double unit = (1024e9 / standalone_rate(producer, upk) - base) / (double)upk;
+        if (unit <= 0)
+            break;
+        upk = (long)(extra / unit + 0.5);
+    }
+    return upk;
 }
 
 /* One run of seed 000's Fig. 7 with n rounds of two buffers; returns the consumer's time
