@@ -172,7 +172,10 @@ where
     };
     let mut any = false;
     for s in &p.series {
-        let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(keep).collect();
+        // Lines join points left to right (a measured x such as a CPU fraction can come out
+        // of order).
+        let mut pts: Vec<(f64, f64)> = s.points.iter().copied().filter(keep).collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         if pts.is_empty() {
             continue;
         }
