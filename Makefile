@@ -7,11 +7,13 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # Runs scripts/setup.sh and imports its environment (PATH, TIGON_NO_HUGE) into the recipe.
 SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
 
-.PHONY: help test demo setup build release nextest clippy fmt fmt-check doc-test clean-netns
+.PHONY: help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns
 
 help:
 	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
 	@echo "make demo   - set up, build release, run 'tigon demo' (NetPIPE over tigon and over ob1/tcp)"
+	@echo "make bench  - set up, build release, run 'tigon bench mpi', 'bench dma', 'bench engine'"
+	@echo "              (BENCH_MPI_ARGS=--quick for a few minutes instead of ~15)"
 	@echo "make setup  - only the machine set-up (idempotent)"
 	@echo "make build | release | nextest | clippy | fmt | fmt-check | doc-test | clean-netns"
 
@@ -31,6 +33,18 @@ demo:
 	@$(SETUP) && \
 	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
 	"$(CARGO_TARGET_DIR)/release/tigon" demo
+
+# All three benchmarks, even when one fails; results under $(CARGO_TARGET_DIR)/bench/.
+BENCH_MPI_ARGS ?=
+bench:
+	@$(SETUP) && \
+	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
+	tigon="$(CARGO_TARGET_DIR)/release/tigon" && failed="" && \
+	{ "$$tigon" bench mpi $(BENCH_MPI_ARGS) || failed="$$failed mpi"; } && \
+	{ "$$tigon" bench dma || failed="$$failed dma"; } && \
+	{ "$$tigon" bench engine || failed="$$failed engine"; } && \
+	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed"; exit 1; fi && \
+	echo "make bench: results in $(CARGO_TARGET_DIR)/bench/"
 
 build:
 	$(CARGO) build -j$(JOBS) --workspace --all-targets

@@ -22,7 +22,9 @@ PACKAGES=(dpdk dpdk-dev libdpdk-dev openmpi-bin libopenmpi-dev clang libclang-de
     iproute2 nftables netpipe-openmpi python3-mpi4py libfabric-bin build-essential procps
     curl ca-certificates git
     # tests/guide.rs validates docker/compose.yaml against the Compose schema.
-    python3-yaml python3-jsonschema)
+    python3-yaml python3-jsonschema
+    # text in the PNG plots of `tigon bench mpi`
+    fonts-dejavu-core)
 missing=()
 for p in "${PACKAGES[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

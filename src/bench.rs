@@ -1,7 +1,9 @@
 //! `tigon bench ...`: measurements printed as tables, saved as JSON under `target/bench/`.
 
 use clap::{Args, Subcommand};
-use tigon_bench::{dma, engine, report};
+use std::time::Duration;
+use tigon_bench::mpi::{self, Transport};
+use tigon_bench::{dma, engine, plot, report};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -19,6 +21,31 @@ enum Which {
         /// Bytes copied per size and method.
         #[arg(long, default_value_t = 256 << 20)]
         budget: u64,
+    },
+    /// The seeds' MPI measurements (LogP, bandwidth, availability, double buffering, EMP's
+    /// loop) under tigon (two emulated nodes), ob1/tcp and ob1/vader, with ratios and targets.
+    Mpi {
+        /// Fewer sizes and iterations (a few minutes in all).
+        #[arg(long)]
+        quick: bool,
+        /// Transports to run, of tigon,tcp,vader.
+        #[arg(long, default_value = "tigon,tcp,vader")]
+        only: String,
+        /// LogP and bandwidth message sizes, e.g. 0,64,1K,64K,4M (default: the program's list).
+        #[arg(long)]
+        sizes: Option<String>,
+        /// Measurements to run, of logp,bw,avail,dbuf,emp.
+        #[arg(long)]
+        tests: Option<String>,
+        /// Wall time per measurement in ms (default 40 with --quick, else 250).
+        #[arg(long)]
+        budget_ms: Option<u64>,
+        /// Fabric between tigon's two emulated nodes.
+        #[arg(long, value_enum, default_value_t = crate::fabric::FabricKind::Memif)]
+        fabric: crate::fabric::FabricKind,
+        /// Give up on a transport when its program prints nothing for this long (s).
+        #[arg(long, default_value_t = 300)]
+        stall_timeout: u64,
     },
     /// Messages and frames per second through the engine's poll loop over an in-memory link,
     /// one thread per side.
@@ -49,8 +76,15 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             let eal = b.init().map_err(|e| e.to_string())?;
             let r = dma::run(&eal, &dev, budget)?;
             println!("{}", dma::render(&r));
-            let p = report::save_json(&report::out_dir(), "dma", &r)
-                .map_err(|e| format!("saving results: {e}"))?;
+            let p = report::save_report(
+                &report::out_dir(),
+                "dma",
+                r.command.clone(),
+                env!("TIGON_GIT_REV"),
+                &[],
+                &r,
+            )
+            .map_err(|e| format!("saving results: {e}"))?;
             println!("json: {}", p.display());
             Ok(())
         }
@@ -60,10 +94,184 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             }
             let r = engine::run(mtu, scale);
             println!("{}", engine::render(&r));
-            let p = report::save_json(&report::out_dir(), "engine", &r)
-                .map_err(|e| format!("saving results: {e}"))?;
+            let targets = [report::Target::check(
+                "small messages >= 5 M/s per core",
+                Some(engine::best_small(&r)),
+                r.small_msgs_per_s_target,
+                false,
+                format!("{} msgs/s", report::si(engine::best_small(&r))),
+            )];
+            let p = report::save_report(
+                &report::out_dir(),
+                "engine",
+                r.command.clone(),
+                env!("TIGON_GIT_REV"),
+                &targets,
+                &r,
+            )
+            .map_err(|e| format!("saving results: {e}"))?;
             println!("json: {}", p.display());
             Ok(())
         }
+        Which::Mpi {
+            quick,
+            only,
+            sizes,
+            tests,
+            budget_ms,
+            fabric,
+            stall_timeout,
+        } => {
+            let opts = mpi::Opts {
+                quick,
+                sizes: sizes.as_deref().map(mpi::parse_sizes).transpose()?,
+                tests,
+                budget_ms,
+            };
+            run_mpi(
+                &opts,
+                &mpi::parse_only(&only)?,
+                fabric,
+                Duration::from_secs(stall_timeout),
+            )
+        }
     }
+}
+
+/// `tigon bench mpi`: the program under each transport in turn, then tables, JSON, plots.
+fn run_mpi(
+    opts: &mpi::Opts,
+    only: &[Transport],
+    fabric: crate::fabric::FabricKind,
+    stall: Duration,
+) -> Result<(), String> {
+    let dir = report::out_dir();
+    report::progress("bench mpi: compiling the benchmark program with mpicc");
+    let bin = mpi::compile(&dir)?;
+    let mut program = vec![bin.display().to_string()];
+    program.extend(mpi::program_args(opts));
+    tigon_shm::signals::install().map_err(|e| e.to_string())?;
+    let mut results = Vec::new();
+    for &t in only {
+        if tigon_shm::signals::terminating() {
+            break;
+        }
+        let res = match t {
+            Transport::Tigon => run_tigon(&program, fabric, stall),
+            _ => {
+                let cmd = mpi::ob1_command(t, &program);
+                let line = mpi::command_line(&cmd);
+                let (recs, err, secs) = mpi::run_program(t.label(), cmd, stall);
+                let mut r = mpi::summarize(t, line, &recs);
+                r.error = err;
+                r.seconds = secs;
+                r
+            }
+        };
+        if let Some(e) = &res.error {
+            eprintln!("bench mpi: {}: {e}", res.label);
+        }
+        results.push(res);
+    }
+    let mut rep = mpi::MpiReport {
+        quick: opts.quick,
+        transports: results,
+        plots: Vec::new(),
+    };
+    let targets = mpi::targets(&rep.transports);
+    match plot::mpi_figures(&rep, &dir) {
+        Ok(files) => rep.plots = files,
+        Err(e) => eprintln!("bench mpi: plots: {e}"),
+    }
+    println!("{}", mpi::render(&rep, &targets));
+    let mut command = String::from("tigon bench mpi");
+    for a in std::env::args().skip(3) {
+        command.push(' ');
+        command.push_str(&a);
+    }
+    let p = report::save_report(
+        &dir,
+        "mpi",
+        command.clone(),
+        env!("TIGON_GIT_REV"),
+        &targets,
+        &rep,
+    )
+    .map_err(|e| format!("saving results: {e}"))?;
+    println!("json: {}", p.display());
+    if !rep.plots.is_empty() {
+        println!(
+            "plots: {}",
+            rep.plots
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        println!("       (and the same as .png)");
+    }
+    println!("reproduce: {command}");
+    if rep.transports.iter().all(|r| r.error.is_some()) {
+        return Err("every transport failed".into());
+    }
+    Ok(())
+}
+
+/// The program under tigon: two agents (emulated nodes), one rank on each.
+fn run_tigon(
+    program: &[String],
+    fabric: crate::fabric::FabricKind,
+    stall: Duration,
+) -> mpi::TransportResult {
+    use crate::fabric::{Cluster, ClusterOpts};
+    let failed = |line: String, e: String| {
+        let mut r = mpi::summarize(Transport::Tigon, line, &[]);
+        r.error = Some(e);
+        r
+    };
+    report::progress("bench mpi: tigon: starting two agents");
+    let opts = ClusterOpts {
+        nodes: 2,
+        fabric,
+        loss: 0,
+        dma: false,
+        mtu: 1500,
+        // A shared machine can starve an agent for seconds; this run measures speed, not how
+        // soon a dead peer is detected (the tests do that).
+        agent_args: vec!["--peer-timeout-ms".into(), "30000".into()],
+    };
+    let cluster = match Cluster::start(&opts) {
+        Ok(c) => c,
+        Err(e) => return failed(String::new(), format!("starting the agents: {e}")),
+    };
+    let cmd = match crate::run::mpirun_command(&cluster, 2, &[], program) {
+        Ok(c) => c,
+        Err(e) => return failed(String::new(), e),
+    };
+    let line = mpi::command_line(&cmd);
+    let (recs, err, secs) = mpi::run_program(Transport::Tigon.label(), cmd, stall);
+    let mut r = mpi::summarize(Transport::Tigon, line, &recs);
+    r.error = err;
+    r.seconds = secs;
+    let stats: Vec<serde_json::Value> = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| tigon_client::agent_stats(&n.socket).ok())
+        .collect();
+    if !stats.is_empty() {
+        r.agent_stats = Some(serde_json::Value::Array(stats));
+    }
+    if r.error.is_some() {
+        for (i, n) in cluster.nodes.iter().enumerate() {
+            let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(10).collect();
+            eprintln!(
+                "bench mpi: agent {i} log (last lines):\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+    drop(cluster);
+    r
 }

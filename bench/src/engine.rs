@@ -170,6 +170,15 @@ pub fn run(mtu: usize, scale: f64) -> Report {
     }
 }
 
+/// The best small-message rate (msgs/s), what the target is about.
+pub fn best_small(r: &Report) -> f64 {
+    r.rows
+        .iter()
+        .filter(|x| x.class == "small")
+        .map(|x| x.msgs_per_s)
+        .fold(0.0, f64::max)
+}
+
 /// The report as a terminal table.
 pub fn render(r: &Report) -> String {
     let rows: Vec<Vec<String>> = r
@@ -199,12 +208,7 @@ pub fn render(r: &Report) -> String {
         ],
         &rows,
     );
-    let best = r
-        .rows
-        .iter()
-        .filter(|x| x.class == "small")
-        .map(|x| x.msgs_per_s)
-        .fold(0.0, f64::max);
+    let best = best_small(r);
     s.push_str(&format!(
         "\n\ntarget: >= 5 M small messages/s per core: {} ({} msgs/s; {} cores here)\nreproduce: {}",
         if r.small_target_met { "met" } else { "not met" },

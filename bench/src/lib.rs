@@ -3,4 +3,6 @@
 
 pub mod dma;
 pub mod engine;
+pub mod mpi;
+pub mod plot;
 pub mod report;
