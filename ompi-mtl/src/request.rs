@@ -231,7 +231,15 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
 
 thread_local! {
     static DRAINED: Cell<Vec<(u64, tigon_client::Result<Done>)>> = const { Cell::new(Vec::new()) };
+    /// When this thread last called progress and found nothing (ns since `EPOCH`).
+    static LAST_EMPTY: Cell<u64> = const { Cell::new(0) };
 }
+
+/// Empty progress calls closer together than this are a wait loop (MPI_Wait, a blocking
+/// send or receive, or MPI_Test in a loop with nothing else in it); farther apart, the
+/// application computes between calls (MPI_Test in a compute loop) and must not be put to
+/// sleep — that would steal its processor time, the opposite of what overlap wants.
+const WAIT_LOOP_GAP_NS: u64 = 5_000;
 
 /// Sleeping instead of sched_yield (see `nap_when_idle`): poll window in ns, 0 = off.
 static NAP_AFTER_NS: AtomicU64 = AtomicU64::new(0);
@@ -261,11 +269,20 @@ pub fn touch() {
 
 fn maybe_nap() {
     let after = NAP_AFTER_NS.load(Ordering::Relaxed);
-    if after == 0 || now_ns().saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after {
+    if after == 0 {
+        return;
+    }
+    let now = now_ns();
+    let last = LAST_EMPTY.replace(now);
+    if now.saturating_sub(last) > WAIT_LOOP_GAP_NS
+        || now.saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after
+    {
         return;
     }
     if let Some(m) = mtl() {
         m.client.sleep_until_completion(NAP_AT_MOST);
+        // The sleep is part of the wait loop, not a gap in it.
+        LAST_EMPTY.set(now_ns());
     }
 }
 
