@@ -58,7 +58,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub peer_timeout_ms: Option<u64>,
     /// With `--idle yield`: keep polling this long after the last work before sleeping
-    /// (microseconds; a reply often follows within it).
+    /// (microseconds; default 0: the polling is charged to the ranks sharing the core).
     #[arg(long)]
     pub idle_spin_us: Option<u64>,
     /// With `--idle yield`, on a link that cannot wake a sleeping engine (memif): the longest
@@ -505,7 +505,10 @@ impl Idle {
             }
         });
         Ok(Idle {
-            spin: Duration::from_micros(a.idle_spin_us.unwrap_or(20)),
+            // 0 by default: a woken engine preempts the rank sharing its core, so every
+            // microsecond it polls after its work is charged to that rank (measured here: an
+            // 8-byte MPI_Isend took 39 µs with 20 µs of polling, 19 µs with none).
+            spin: Duration::from_micros(a.idle_spin_us.unwrap_or(0)),
             poll: Duration::from_micros(a.idle_poll_us.unwrap_or(50).max(1)),
             // Heartbeats (every 50 ms) and the shutdown check bound the longest sleep.
             max: Duration::from_millis(10),
