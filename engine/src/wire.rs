@@ -346,8 +346,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 
 /// Checksum of a frame with its checksum field read as zero.
 ///
-/// Four interleaved rotate-xor-multiply lanes over 64-bit words (independent multiplies keep
-/// the core busy: several bytes per cycle), combined by a chain that is a bijection of each
+/// Eight interleaved rotate-xor-multiply lanes over 64-bit words (independent multiplies keep
+/// the core's multiplier busy instead of waiting on one chain: several bytes per cycle), combined by a chain that is a bijection of each
 /// lane. Every step of a lane is a bijection of its state, so a single changed word (hence any
 /// burst shorter than 8 bytes) always changes the lane and the 64-bit result; the fold to 32
 /// bits leaves a 2^-32 chance for anything else. Ethernet's FCS covers real wires; this
@@ -359,11 +359,11 @@ pub fn checksum(frame: &[u8]) -> u32 {
         (h.rotate_left(23) ^ w).wrapping_mul(K)
     }
     #[inline(always)]
-    fn feed(l: &mut [u64; 4], bytes: &[u8]) {
-        let (quads, rest) = bytes.as_chunks::<32>();
-        for q in quads {
+    fn feed(l: &mut [u64; 8], bytes: &[u8]) {
+        let (blocks, rest) = bytes.as_chunks::<64>();
+        for q in blocks {
             let (w, _) = q.as_chunks::<8>();
-            for k in 0..4 {
+            for k in 0..8 {
                 l[k] = mix(l[k], u64::from_le_bytes(w[k]));
             }
         }
@@ -373,10 +373,19 @@ pub fn checksum(frame: &[u8]) -> u32 {
             l[k] = mix(l[k], u64::from_le_bytes(w) ^ ((c.len() as u64) << 56));
         }
     }
-    let mut l = [frame.len() as u64, K, K.rotate_left(17), K.rotate_left(31)];
+    let mut l = [
+        frame.len() as u64,
+        K,
+        K.rotate_left(17),
+        K.rotate_left(31),
+        K.rotate_left(7),
+        K.rotate_left(41),
+        K.rotate_left(53),
+        K.rotate_left(11),
+    ];
     // The headers, with the checksum field zeroed, go through a stack copy; the payload
     // after them is hashed in place.
-    const HEAD: usize = OVERHEAD.next_multiple_of(32);
+    const HEAD: usize = OVERHEAD.next_multiple_of(64);
     let head_len = HEAD.min(frame.len());
     let mut head = [0u8; HEAD];
     head[..head_len].copy_from_slice(&frame[..head_len]);
@@ -386,7 +395,7 @@ pub fn checksum(frame: &[u8]) -> u32 {
     }
     feed(&mut l, &head[..head_len]);
     feed(&mut l, &frame[head_len..]);
-    let h = mix(mix(mix(mix(0, l[0]), l[1]), l[2]), l[3]);
+    let h = l.iter().fold(0, |h, &x| mix(h, x));
     (h ^ (h >> 32)) as u32
 }
 
