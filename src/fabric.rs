@@ -31,6 +31,8 @@ pub struct ClusterOpts {
 pub struct Node {
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// The CPU its agent's engine runs on.
+    pub lcore: usize,
     /// The namespace and nft chain of the `--loss` rule on this node's frames.
     loss: Option<(String, String)>,
     agent: Option<Child>,
@@ -287,6 +289,7 @@ impl Cluster {
             c.nodes.push(Node {
                 socket,
                 log,
+                lcore: i % cpus,
                 loss: loss[i].take(),
                 agent: Some(child),
             });

@@ -81,9 +81,25 @@ pub fn mpirun_command(
         first = false;
         cmd.args(["-np", &k.to_string(), "-x"])
             .arg(format!("TIGON_SOCKET={}", node.socket.display()));
+        // Keep a node's ranks off its own agent's core, as on a real node: a rank that
+        // shares it is preempted by its engine on every request it makes (measured here:
+        // an 8-byte MPI_Isend 18 us on the same core, 3.3 us on the other one).
+        if let Some(cpus) = cpus_except(node.lcore) {
+            cmd.args(["taskset", "-c", &cpus]);
+        }
         cmd.args(program);
     }
     Ok(cmd)
+}
+
+/// This machine's CPUs but `lcore`, as a taskset list; None on a single CPU.
+fn cpus_except(lcore: usize) -> Option<String> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let others: Vec<String> = (0..n)
+        .filter(|&c| c != lcore)
+        .map(|c| c.to_string())
+        .collect();
+    (!others.is_empty()).then(|| others.join(","))
 }
 
 /// Processes descended from `pid` (through /proc/PID/task/TID/children).
