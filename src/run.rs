@@ -92,8 +92,12 @@ pub fn mpirun_command(
     Ok(cmd)
 }
 
-/// This machine's CPUs but `lcore`, as a taskset list; None on a single CPU.
+/// This machine's CPUs but `lcore`, as a taskset list; None on a single CPU or with
+/// TIGON_RUN_PIN=0.
 fn cpus_except(lcore: usize) -> Option<String> {
+    if std::env::var_os("TIGON_RUN_PIN").is_some_and(|v| v == "0") {
+        return None;
+    }
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
     let others: Vec<String> = (0..n)
         .filter(|&c| c != lcore)
