@@ -62,7 +62,8 @@ pub struct AgentArgs {
     #[arg(long)]
     pub idle_spin_us: Option<u64>,
     /// With `--idle yield`, on a link that cannot wake a sleeping engine (memif): the longest
-    /// sleep while operations are in flight (microseconds). af_packet and client requests
+    /// sleep while operations are in flight or within a second of the last work
+    /// (microseconds). af_packet and client requests
     /// wake it at once.
     #[arg(long)]
     pub idle_poll_us: Option<u64>,
@@ -451,11 +452,16 @@ fn engine_main(
             std::hint::spin_loop();
         } else {
             // Sleep until a client rings, a frame arrives on a link that can wake us, or the
-            // engine's next timer; on memif, only as long as `--idle-poll-us` while
-            // operations are in flight.
+            // engine's next timer.
             let now = t0.elapsed().as_nanos() as u64;
             let mut wait = Duration::from_nanos(eng.sleep_budget_ns(now)).min(idle.max);
-            if wire_fds.is_empty() && eng.pending_ops() > 0 {
+            // A link that cannot wake us is polled at `--idle-poll-us` while operations are
+            // in flight and for a second after the last work: a peer's eager messages may
+            // arrive before any receive is posted, and left in the ring they would wait out
+            // the long sleep (measured: 4 ms Waitalls and the sender's timeouts firing).
+            if wire_fds.is_empty()
+                && (eng.pending_ops() > 0 || last_work.elapsed() < Duration::from_secs(1))
+            {
                 wait = wait.min(idle.poll);
             }
             if !wait.is_zero() && !served.set_asleep(true) {
