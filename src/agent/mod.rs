@@ -63,8 +63,7 @@ pub struct AgentArgs {
     pub idle_spin_us: Option<u64>,
     /// With `--idle yield`, on a link that cannot wake a sleeping engine (memif): the longest
     /// sleep while operations are in flight or within a second of the last work
-    /// (microseconds). af_packet and client requests
-    /// wake it at once.
+    /// (microseconds). af_packet and client requests wake it at once.
     #[arg(long)]
     pub idle_poll_us: Option<u64>,
     /// CPU-latency QoS request held while the agent runs, in microseconds, or `off`
