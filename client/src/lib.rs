@@ -180,6 +180,22 @@ pub struct Client {
     waiter: Channel,
 }
 
+/// A receive descriptor for `spec` (no buffer yet).
+fn recv_desc(spec: MatchSpec) -> Desc {
+    let mut d = Desc {
+        op: Op::Recv as u8,
+        match_bits: spec.bits,
+        mask: spec.mask,
+        data_idx: NO_DATA,
+        ..Desc::default()
+    };
+    match spec.source {
+        Some(s) => d.rank = s,
+        None => d.flags |= channel::FLAG_ANY_SOURCE,
+    }
+    d
+}
+
 /// The scheduler slice asked for by attaching threads (EEVDF's minimum is 100 µs).
 const SCHED_SLICE_NS: u64 = 100_000;
 
@@ -402,17 +418,7 @@ impl Client {
     /// Posts a receive for messages matching `spec`.
     pub fn irecv(&self, spec: MatchSpec, into: RecvInto) -> Result<Req> {
         let mut g = self.lock();
-        let mut d = Desc {
-            op: Op::Recv as u8,
-            match_bits: spec.bits,
-            mask: spec.mask,
-            data_idx: NO_DATA,
-            ..Desc::default()
-        };
-        match spec.source {
-            Some(s) => d.rank = s,
-            None => d.flags |= channel::FLAG_ANY_SOURCE,
-        }
+        let mut d = recv_desc(spec);
         let (data, keep) = match into {
             RecvInto::Channel(cap) => {
                 if cap > self.data_size {
@@ -501,17 +507,7 @@ impl Client {
     /// receives before its peers can send; waiting for a buffer there could deadlock.
     /// Returns the request and whether it went through the channel.
     pub fn irecv_or(&self, spec: MatchSpec, cap: u64, fallback: RecvInto) -> Result<(Req, bool)> {
-        let mut d = Desc {
-            op: Op::Recv as u8,
-            match_bits: spec.bits,
-            mask: spec.mask,
-            data_idx: NO_DATA,
-            ..Desc::default()
-        };
-        match spec.source {
-            Some(s) => d.rank = s,
-            None => d.flags |= channel::FLAG_ANY_SOURCE,
-        }
+        let d = recv_desc(spec);
         self.recv_or(d, cap, fallback)
     }
 
