@@ -18,10 +18,11 @@ pub enum Cmd {
     Attach {
         ch: Channel,
         pid: i32,
-        reply: Sender<Result<(u32, String), String>>,
+        reply: Sender<Result<(u64, String), String>>,
     },
+    /// A client by the handle `Attach` returned.
     Detach {
-        slot: u32,
+        client: u64,
     },
     Stats {
         reply: Sender<serde_json::Value>,
@@ -38,7 +39,7 @@ pub struct Control {
     /// Rung after every command, so a sleeping engine takes it at once; clients get a copy.
     pub bell: std::sync::Arc<tigon_shm::wake::EventFd>,
     /// Slots the engine disconnected (garbage): their sockets are closed here.
-    pub evicted: Receiver<u32>,
+    pub evicted: Receiver<u64>,
 }
 
 impl Control {
@@ -60,7 +61,7 @@ impl Control {
     /// Runs until `stop()` says so; then drops every client socket (clients see EOF).
     pub fn run(self, stop: impl Fn() -> bool) {
         let _ = self.listener.set_nonblocking(true);
-        let mut clients: HashMap<u32, UnixStream> = HashMap::new();
+        let mut clients: HashMap<u64, UnixStream> = HashMap::new();
         while !stop() {
             match self.listener.accept() {
                 Ok((s, _)) => {
@@ -85,7 +86,7 @@ impl Control {
             }
             for slot in gone {
                 clients.remove(&slot);
-                self.send(Cmd::Detach { slot });
+                self.send(Cmd::Detach { client: slot });
             }
             while let Ok(slot) = self.evicted.try_recv() {
                 clients.remove(&slot);
@@ -94,7 +95,7 @@ impl Control {
         }
     }
 
-    fn handle(&self, s: UnixStream) -> Option<(u32, UnixStream)> {
+    fn handle(&self, s: UnixStream) -> Option<(u64, UnixStream)> {
         let _ = s.set_nonblocking(false);
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         let cred = match tigon_shm::sock::peer_cred(&s) {
@@ -178,7 +179,7 @@ impl Control {
         }
     }
 
-    fn attach(&self, s: &UnixStream, pid: i32) -> Result<u32, String> {
+    fn attach(&self, s: &UnixStream, pid: i32) -> Result<u64, String> {
         let len = self.geometry.len();
         let region = Region::create(&format!("tigon-ch-{pid}"), len, self.hugetlb)
             .map_err(|e| format!("channel memory: {e}"))?;
@@ -207,7 +208,7 @@ impl Control {
         line.push(b'\n');
         let fds = [region.fd().as_fd(), self.bell.fd().as_fd()];
         if let Err(e) = tigon_shm::sock::send_with_fds(s, &line, &fds) {
-            self.send(Cmd::Detach { slot });
+            self.send(Cmd::Detach { client: slot });
             return Err(format!("passing the channel: {e}"));
         }
         Ok(slot)

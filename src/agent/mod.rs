@@ -246,7 +246,7 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
     // The control thread starts before DPDK pins this thread to the engine's lcore.
     let listener = bind(&socket)?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
-    let (evict_tx, evict_rx) = mpsc::channel::<u32>();
+    let (evict_tx, evict_rx) = mpsc::channel::<u64>();
     let bell = Arc::new(
         tigon_shm::wake::EventFd::new().map_err(|e| format!("the agent's doorbell: {e}"))?,
     );
@@ -284,7 +284,7 @@ fn engine_main(
     cfg: Config,
     no_huge: bool,
     cmds: mpsc::Receiver<Cmd>,
-    evicted: mpsc::Sender<u32>,
+    evicted: mpsc::Sender<u64>,
     bell: &tigon_shm::wake::EventFd,
 ) -> Result<(), String> {
     let lcore = a.lcore.unwrap_or(0);
@@ -420,7 +420,7 @@ fn engine_main(
                             .map(|(s, addr)| (s, addr.to_string()));
                         let _ = reply.send(r);
                     }
-                    Cmd::Detach { slot } => served.detach(&mut eng, slot),
+                    Cmd::Detach { client } => served.detach(&mut eng, client),
                     Cmd::Stats { reply } => {
                         let _ = reply.send(stats_json(&eng, &served, &link, &gaps));
                     }

@@ -57,8 +57,14 @@ pub struct Served {
     by_req: HashMap<ReqId, (u32, u32)>,
     next_generation: u32,
     pub stats: ServeStats,
-    /// Clients disconnected for misbehaving since the last look: (slot, reason).
-    pub evicted: Vec<(u32, String)>,
+    /// Clients disconnected for misbehaving since the last look: (handle, reason).
+    pub evicted: Vec<(u64, String)>,
+}
+
+/// A client's name between the engine and the control thread: its slot and the generation
+/// it was attached with.
+fn handle(slot: u32, generation: u32) -> u64 {
+    (generation as u64) << 32 | slot as u64
 }
 
 fn invalid(why: &str) -> String {
@@ -66,14 +72,15 @@ fn invalid(why: &str) -> String {
 }
 
 impl Served {
-    /// Adds a client: opens its endpoint and registers its memory. Returns (slot, address).
+    /// Adds a client: opens its endpoint and registers its memory. Returns (handle, address):
+    /// the handle names this client only, even after its slot is reused (see [`handle`]).
     pub fn attach<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
         &mut self,
         eng: &mut Engine<L, C>,
         ch: Channel,
         pid: i32,
         ext: Option<Arc<tigon_pmd::ExtMem>>,
-    ) -> Result<(u32, EndpointAddr), String> {
+    ) -> Result<(u64, EndpointAddr), String> {
         let addr = eng.open_endpoint(None).map_err(|e| e.to_string())?;
         let slot = self
             .clients
@@ -106,11 +113,25 @@ impl Served {
         self.clients[slot as usize] = Some(c);
         self.stats.clients += 1;
         self.stats.clients_attached_total += 1;
-        Ok((slot, addr))
+        Ok((handle(slot, generation), addr))
+    }
+
+    /// Removes the client `h` names, if it is still attached (its slot may since have been
+    /// evicted and given to another client, whom this must not touch).
+    pub fn detach<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
+        &mut self,
+        eng: &mut Engine<L, C>,
+        h: u64,
+    ) {
+        let slot = h as u32;
+        let current = self.clients.get(slot as usize).and_then(Option::as_ref);
+        if current.is_some_and(|c| handle(slot, c.generation) == h) {
+            self.detach_slot(eng, slot);
+        }
     }
 
     /// Removes a client and everything it had in flight.
-    pub fn detach<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
+    fn detach_slot<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
         &mut self,
         eng: &mut Engine<L, C>,
         slot: u32,
@@ -182,8 +203,10 @@ impl Served {
     ) {
         log::warn!("client {slot}: {why}; disconnecting it");
         self.stats.clients_disconnected_garbage += 1;
-        self.detach(eng, slot);
-        self.evicted.push((slot, why));
+        if let Some(c) = self.clients.get(slot as usize).and_then(Option::as_ref) {
+            self.evicted.push((handle(slot, c.generation), why));
+        }
+        self.detach_slot(eng, slot);
     }
 
     fn request<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
