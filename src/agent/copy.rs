@@ -6,12 +6,12 @@
 //! complete in submission order, each with its own outcome.
 
 use super::link::RxFrame;
-use super::memory::{Clients, Target};
-use super::serve::ClientCopy;
+use super::memory::{ClientCopy, ClientMem, Clients, Target};
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Arc;
 use tigon_engine::{BufRef, CopyEngine, CopyError};
-use tigon_pmd::DmaDev;
+use tigon_pmd::{DmaDev, ExtMem, Mbuf};
 
 /// Reads of a rank's send buffer are fetched this much at a time (one system call per block
 /// of frames rather than per frame).
@@ -41,8 +41,20 @@ struct ReadCache {
     data: Vec<u8>,
 }
 
+/// Bytes moved into and out of client memory, by way.
+#[derive(Debug, Default)]
+pub struct Copied {
+    /// CPU copies to and from channel buffers.
+    pub cpu: u64,
+    /// dmadev copies into channel buffers.
+    pub dma: u64,
+    /// Copies to and from the ranks' own memory (`process_vm_*`).
+    pub direct: u64,
+}
+
 pub struct AgentCopy {
     pub clients: Clients,
+    pub bytes: Copied,
     pub dma: Option<DmaDev>,
     pub dma_threshold: usize,
     queued: VecDeque<Queued>,
@@ -59,6 +71,7 @@ impl AgentCopy {
     pub fn new(dma: Option<DmaDev>, dma_threshold: usize) -> Self {
         AgentCopy {
             clients: Clients::default(),
+            bytes: Copied::default(),
             dma,
             dma_threshold,
             queued: VecDeque::new(),
@@ -69,6 +82,50 @@ impl AgentCopy {
             dma_errors: 0,
             direct_syscalls: 0,
         }
+    }
+
+    /// Queues a received payload for a rank's own memory (written by [`Self::flush`]).
+    fn queue_direct(&mut self, w: PendingWrite) {
+        self.batch.push(w);
+        self.queued.push_back(Queued::Direct);
+        if self.batch.len() >= WRITE_BATCH {
+            self.flush();
+        }
+    }
+
+    /// The DPDK registration of `m`'s channel when the dmadev should copy `range` of `frame`
+    /// there: a whole single-mbuf tail, at least `dma_threshold` long, with room on the device.
+    fn dma_target(
+        &self,
+        m: &ClientMem,
+        frame: &RxFrame,
+        range: &Range<usize>,
+    ) -> Option<Arc<ExtMem>> {
+        let dev = self.dma.as_ref()?;
+        let fits = matches!(frame, RxFrame::Mbuf(_))
+            && range.len() >= self.dma_threshold
+            && range.end == frame.as_ref().len()
+            && dev.burst_capacity() >= 2;
+        fits.then(|| m.ext.clone()).flatten()
+    }
+
+    /// Starts the dmadev copy of `range` of `mbuf` to offset `at` of `ext`; it completes in
+    /// [`CopyEngine::poll_completed`].
+    fn dma_copy(
+        &mut self,
+        mbuf: Mbuf,
+        range: Range<usize>,
+        ext: &Arc<ExtMem>,
+        at: usize,
+    ) -> Result<bool, CopyError> {
+        let segs = mbuf.nb_segs();
+        let dev = self.dma.as_mut().expect("dma_target found the dmadev");
+        dev.copy_from_mbuf(mbuf, range.start, ext, at)
+            .map_err(|e| CopyError(format!("dmadev: {e}")))?;
+        let _ = dev.submit();
+        self.queued.push_back(Queued::Dma(segs));
+        self.bytes.dma += range.len() as u64;
+        Ok(false)
     }
 
     /// Delivers the batched direct writes: one vectored system call per run of writes to the
@@ -90,7 +147,7 @@ impl AgentCopy {
             match tigon_shm::remote::write_vectored(pid, &pieces) {
                 Ok(()) => {
                     for (b, _) in &pieces {
-                        self.clients.direct_bytes += b.len() as u64;
+                        self.bytes.direct += b.len() as u64;
                         self.direct_done.push_back(Ok(()));
                     }
                 }
@@ -100,7 +157,7 @@ impl AgentCopy {
                         let r = tigon_shm::remote::write(pid, *a, b)
                             .map_err(|e| CopyError(format!("writing the client's buffer: {e}")));
                         if r.is_ok() {
-                            self.clients.direct_bytes += b.len() as u64;
+                            self.bytes.direct += b.len() as u64;
                         }
                         self.direct_done.push_back(r);
                     }
@@ -125,52 +182,42 @@ impl CopyEngine<RxFrame> for AgentCopy {
         dst: &BufRef,
         off: u64,
     ) -> Result<bool, CopyError> {
-        let whole_tail = range.end == frame.as_ref().len();
-        if let (Some(dev), RxFrame::Mbuf(_)) = (&self.dma, &frame)
-            && range.len() >= self.dma_threshold
-            && whole_tail
-            && let Ok(Target::Channel(m, at)) = self.clients.resolve(dst, off, range.len())
-            && let Some(ext) = m.ext.clone()
-            && dev.burst_capacity() >= 2
-        {
-            let RxFrame::Mbuf(mbuf) = frame else {
-                unreachable!("matched above")
-            };
-            let segs = mbuf.nb_segs();
-            let dev = self.dma.as_mut().expect("matched above");
-            let n = range.len() as u64;
-            return match dev.copy_from_mbuf(mbuf, range.start, &ext, at) {
-                Ok(_) => {
-                    let _ = dev.submit();
-                    self.queued.push_back(Queued::Dma(segs));
-                    self.clients.dma_bytes += n;
-                    Ok(false)
-                }
-                Err(e) => Err(CopyError(format!("dmadev: {e}"))),
-            };
-        }
         if frame.as_ref().get(range.clone()).is_none() {
             return Err(CopyError("frame range".into()));
         }
-        if let Target::Direct(pid, addr) = self.clients.resolve(dst, off, range.len())? {
-            self.batch.push(PendingWrite {
-                frame,
-                range,
-                pid,
-                addr,
-            });
-            self.queued.push_back(Queued::Direct);
-            if self.batch.len() >= WRITE_BATCH {
-                self.flush();
+        let target = self.clients.resolve(dst, off, range.len())?;
+        match target {
+            Target::Direct(pid, addr) => {
+                self.queue_direct(PendingWrite {
+                    frame,
+                    range,
+                    pid,
+                    addr,
+                });
+                return Ok(false);
             }
-            return Ok(false);
+            Target::Channel(m, at) => {
+                if let Some(ext) = self.dma_target(m, &frame, &range)
+                    && let RxFrame::Mbuf(mbuf) = frame
+                {
+                    return self.dma_copy(mbuf, range, &ext, at);
+                }
+            }
         }
-        self.clients.write(dst, off, &frame.as_ref()[range])?;
+        let bytes = &frame.as_ref()[range];
+        target.write(bytes)?;
+        self.bytes.cpu += bytes.len() as u64;
         Ok(true)
     }
 
     fn write(&mut self, dst: &BufRef, off: u64, src: &[u8]) -> Result<(), CopyError> {
-        self.clients.write(dst, off, src)
+        let target = self.clients.resolve(dst, off, src.len())?;
+        target.write(src)?;
+        match target {
+            Target::Channel(..) => self.bytes.cpu += src.len() as u64,
+            Target::Direct(..) => self.bytes.direct += src.len() as u64,
+        }
+        Ok(())
     }
 
     fn read(&mut self, src: &BufRef, off: u64, out: &mut [u8]) -> Result<(), CopyError> {
@@ -184,10 +231,12 @@ impl CopyEngine<RxFrame> for AgentCopy {
             out.copy_from_slice(&c.data[at..at + out.len()]);
             return Ok(());
         }
-        let Target::Direct(..) = self.clients.resolve(src, off, out.len())? else {
-            return self.clients.read(src, off, out);
+        let target = self.clients.resolve(src, off, out.len())?;
+        let Target::Direct(..) = target else {
+            return target.read(out);
         };
-        // A rank's send buffer: fetch ahead, the next frames will want what follows.
+        // A rank's send buffer: fetch ahead, the next frames will want what follows (as far
+        // as the buffer goes: `n` bytes from `off` fit it, like `out` does).
         let n = (src.len - off).min(READ_AHEAD as u64).max(out.len() as u64) as usize;
         let mut c = self.read_cache.take().unwrap_or(ReadCache {
             key,
@@ -195,7 +244,8 @@ impl CopyEngine<RxFrame> for AgentCopy {
             data: Vec::new(),
         });
         c.data.resize(n, 0);
-        self.clients.read(src, off, &mut c.data)?;
+        target.read(&mut c.data)?;
+        self.bytes.direct += n as u64;
         c.key = key;
         c.start = off;
         out.copy_from_slice(&c.data[..out.len()]);
@@ -254,6 +304,6 @@ impl CopyEngine<RxFrame> for AgentCopy {
     }
 
     fn copied_bytes(&self) -> (u64, u64) {
-        (self.clients.dma_bytes, self.clients.cpu_bytes)
+        (self.bytes.dma, self.bytes.cpu)
     }
 }

@@ -1,24 +1,33 @@
-//! The agent's copy engine: resolves [`BufRef`]s into client channels or client address
-//! spaces, and moves bytes with the CPU or, for larger payloads into channel buffers, with a
-//! dmadev.
+//! Client memory as the agent's copy engine sees it: resolves [`BufRef`]s into client
+//! channels or client address spaces, and moves bytes there with the CPU.
 //!
 //! A `BufRef` names client slot, slot generation and kind in `region` (so a reference to a
 //! departed client's memory fails instead of landing in its successor's), and the byte
 //! address in `addr`: an offset in the channel region, or an address in the client process.
 
 use std::sync::Arc;
+use tigon_engine::channel::Payload;
 use tigon_engine::{BufRef, CopyError};
 use tigon_shm::Region;
 
 const DIRECT: u64 = 1;
 
-/// Encodes a reference into client `slot` (generation `generation`).
-pub fn bufref(slot: u32, generation: u32, direct: bool, addr: u64, len: u64) -> BufRef {
+/// The reference the engine carries for `payload` of client `slot` (generation `generation`).
+pub fn bufref(slot: u32, generation: u32, payload: Payload) -> BufRef {
+    let (direct, addr, len) = match payload {
+        Payload::Direct { addr, len } => (true, addr, len),
+        Payload::Buffer { offset, len } => (false, offset, len),
+    };
     BufRef::new(
         ((slot as u64) << 32) | ((generation as u64) << 1) | direct as u64,
         addr,
         len,
     )
+}
+
+/// Copy engines that keep the table of client memory.
+pub trait ClientCopy {
+    fn clients(&mut self) -> &mut Clients;
 }
 
 /// What the copy engine knows of a client.
@@ -35,11 +44,10 @@ pub struct ClientMem {
 #[derive(Default)]
 pub struct Clients {
     slots: Vec<Option<ClientMem>>,
-    pub cpu_bytes: u64,
-    pub dma_bytes: u64,
-    pub direct_bytes: u64,
 }
 
+/// Where a resolved reference lands.
+#[derive(Clone, Copy)]
 pub enum Target<'a> {
     /// Offset `off` in this client's channel region.
     Channel(&'a ClientMem, usize),
@@ -87,35 +95,27 @@ impl Clients {
             Ok(Target::Channel(m, at as usize))
         }
     }
+}
 
-    /// CPU write of `src` at `dst + off`.
-    pub fn write(&mut self, dst: &BufRef, off: u64, src: &[u8]) -> Result<(), CopyError> {
-        match self.resolve(dst, off, src.len())? {
-            Target::Channel(m, at) => {
-                m.region
-                    .write(at, src)
-                    .map_err(|e| CopyError(e.to_string()))?;
-                self.cpu_bytes += src.len() as u64;
-            }
-            Target::Direct(pid, addr) => {
-                tigon_shm::remote::write(pid, addr, src)
-                    .map_err(|e| CopyError(format!("writing the client's buffer: {e}")))?;
-                self.direct_bytes += src.len() as u64;
-            }
+impl Target<'_> {
+    /// CPU write of `src` here.
+    pub fn write(&self, src: &[u8]) -> Result<(), CopyError> {
+        match *self {
+            Target::Channel(m, at) => m
+                .region
+                .write(at, src)
+                .map_err(|e| CopyError(e.to_string())),
+            Target::Direct(pid, addr) => tigon_shm::remote::write(pid, addr, src)
+                .map_err(|e| CopyError(format!("writing the client's buffer: {e}"))),
         }
-        Ok(())
     }
 
-    /// CPU read of `out.len()` bytes at `src + off`.
-    pub fn read(&mut self, src: &BufRef, off: u64, out: &mut [u8]) -> Result<(), CopyError> {
-        match self.resolve(src, off, out.len())? {
+    /// CPU read of `out.len()` bytes from here.
+    pub fn read(&self, out: &mut [u8]) -> Result<(), CopyError> {
+        match *self {
             Target::Channel(m, at) => m.region.read(at, out).map_err(|e| CopyError(e.to_string())),
-            Target::Direct(pid, addr) => {
-                tigon_shm::remote::read(pid, addr, out)
-                    .map_err(|e| CopyError(format!("reading the client's buffer: {e}")))?;
-                self.direct_bytes += out.len() as u64;
-                Ok(())
-            }
+            Target::Direct(pid, addr) => tigon_shm::remote::read(pid, addr, out)
+                .map_err(|e| CopyError(format!("reading the client's buffer: {e}"))),
         }
     }
 }

@@ -1,23 +1,23 @@
 //! Serving clients from the engine core: requests popped from each channel become engine
 //! operations; engine completions are written back into the same descriptors.
 //!
+//! One request's walk: the index popped from the client's ring ([`Served::requests`]) → the
+//! descriptor read once into a [`Request`](tigon_engine::channel::Request), its buffer
+//! resolved ([`Channel::read_request`]) → an engine operation ([`ops::start`]) → later, its
+//! outcome as a [`Completion`] written into the descriptor and the index pushed on the
+//! completion ring ([`Served::completions`]).
+//!
 //! Clients are untrusted. A descriptor is copied out of shared memory once and validated
 //! before anything uses it; an index out of range, an index already in flight, an unknown
 //! operation, a corrupted ring, or a buffer reference outside the client's memory
 //! disconnects that client, and the agent goes on serving the others.
 
-use super::memory::{self, ClientMem, Clients};
+use super::memory::{self, ClientCopy, ClientMem};
+use super::ops::{self, Started};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use tigon_engine::channel::{self, Channel, Desc, NO_DATA, Op, status};
-use tigon_engine::{
-    CopyEngine, EndpointAddr, Engine, Error, Link, MatchSpec, Outcome, ReqId, SendMode,
-};
-
-/// Copy engines that keep the table of client memory.
-pub trait ClientCopy {
-    fn clients(&mut self) -> &mut Clients;
-}
+use tigon_engine::channel::{Channel, Completion, Submitted};
+use tigon_engine::{CopyEngine, EndpointAddr, Engine, Link, ReqId};
 
 struct InFlight {
     user: u64,
@@ -216,123 +216,52 @@ impl Served {
         idx: u32,
     ) -> Result<(), String> {
         let c = self.clients[slot as usize].as_mut().expect("present");
-        let d = c.ch.read_desc(idx).map_err(|e| invalid(&e.to_string()))?;
+        let Submitted { user, request } = c.ch.read_request(idx).map_err(|e| invalid(&e))?;
         if c.inflight[idx as usize].is_some() {
             return Err(invalid(&format!("descriptor {idx} submitted twice")));
         }
-        let op =
-            Op::from_u8(d.op).ok_or_else(|| invalid(&format!("unknown operation {}", d.op)))?;
-        let (generation, ep) = (c.generation, c.ep);
-        c.inflight[idx as usize] = Some(InFlight {
-            user: d.user,
-            req: None,
-        });
+        c.inflight[idx as usize] = Some(InFlight { user, req: None });
         self.stats.inflight += 1;
-        let buf = |d: &Desc, c: &Client| -> Result<tigon_engine::BufRef, String> {
-            if d.flags & channel::FLAG_DIRECT != 0 {
-                return Ok(memory::bufref(slot, generation, true, d.addr, d.len));
-            }
-            if d.data_idx == NO_DATA || d.len > c.ch.geo.data_size as u64 {
-                return Err(invalid(&format!(
-                    "{}-byte payload without a fitting data buffer",
-                    d.len
-                )));
-            }
-            let off =
-                c.ch.data_offset(d.data_idx)
-                    .map_err(|e| invalid(&e.to_string()))?;
-            Ok(memory::bufref(slot, generation, false, off as u64, d.len))
-        };
-        let spec = MatchSpec {
-            bits: d.match_bits,
-            mask: d.mask,
-            source: (d.flags & channel::FLAG_ANY_SOURCE == 0).then_some(d.rank),
-        };
-        let c = self.clients[slot as usize].as_ref().expect("present");
-        let started = match op {
-            Op::Send => {
-                let dest = d.peer.ok_or_else(|| invalid("send without destination"))?;
-                let mode = if d.flags & channel::FLAG_SYNC != 0 {
-                    SendMode::Synchronous
-                } else {
-                    SendMode::Standard
-                };
-                eng.isend(ep, dest, d.match_bits, d.rank, buf(&d, c)?, mode)
-            }
-            Op::Recv => eng.irecv(ep, spec, buf(&d, c)?),
-            Op::MRecv => eng.imrecv(
-                ep,
-                tigon_engine::MessageHandle::from_u64(d.handle),
-                buf(&d, c)?,
-            ),
-            Op::Probe | Op::MProbe => {
-                let found = if op == Op::Probe {
-                    eng.iprobe(ep, spec).map(|o| o.map(|i| (i, 0)))
-                } else {
-                    eng.improbe(ep, spec)
-                        .map(|o| o.map(|(h, i)| (i, h.as_u64())))
-                };
-                let mut out = d;
-                match found {
-                    Ok(Some((info, h))) => {
-                        out.status = status::OK;
-                        out.info_rank = info.src_rank;
-                        out.info_bits = info.match_bits;
-                        out.info_len = info.len;
-                        out.handle = h;
-                    }
-                    Ok(None) => out.status = status::NO_MATCH,
-                    Err(_) => out.status = status::INVALID,
-                }
-                self.finish(slot, idx, out);
-                return Ok(());
-            }
-            Op::Cancel => {
-                let target = d.handle as u32;
-                let mut out = d;
-                out.status = status::NO_MATCH;
-                let c = self.clients[slot as usize].as_ref().expect("present");
-                if let Some(Some(t)) = c.inflight.get(target as usize)
-                    && t.user == d.user
-                    && let Some(r) = t.req
-                    && eng.cancel(r)
-                {
-                    out.status = status::OK;
-                }
-                self.finish(slot, idx, out);
-                return Ok(());
-            }
-        };
+        let (generation, inflight) = (c.generation, &c.inflight);
+        let started = ops::start(
+            eng,
+            c.ep,
+            request,
+            |payload| memory::bufref(slot, generation, payload),
+            // A cancel names a descriptor of this client, with the tag it was submitted with.
+            |target| match inflight.get(target as usize) {
+                Some(Some(t)) if t.user == user => t.req,
+                _ => None,
+            },
+        );
         match started {
-            Ok(r) => {
+            Started::Pending(r) => {
                 self.by_req.insert(r, (slot, idx));
-                if let Some(Some(f)) = self.clients[slot as usize]
-                    .as_mut()
-                    .map(|c| &mut c.inflight[idx as usize])
-                {
+                if let Some(f) = c.inflight[idx as usize].as_mut() {
                     f.req = Some(r);
                 }
             }
-            Err(e) => {
-                let mut out = d;
-                out.status = error_status(&e);
-                self.finish(slot, idx, out);
-            }
+            Started::Done(done) => self.finish(slot, idx, done),
         }
         Ok(())
     }
 
     /// Writes the result of descriptor `idx` and hands it back to its client.
-    fn finish(&mut self, slot: u32, idx: u32, d: Desc) {
+    fn finish(&mut self, slot: u32, idx: u32, done: Completion) {
         let Some(c) = self.clients.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
-        if c.inflight[idx as usize].take().is_none() {
+        let Some(f) = c.inflight[idx as usize].take() else {
             return;
-        }
+        };
         self.stats.inflight -= 1;
         self.stats.completions += 1;
-        if c.ch.write_desc(idx, &d).is_err() {
+        // The client's own tag, even if it scribbled over the descriptor meanwhile.
+        let done = Completion {
+            user: f.user,
+            ..done
+        };
+        if c.ch.write_completion(idx, &done).is_err() {
             return;
         }
         if !c.backlog.is_empty() || !matches!(c.ch.completions.push(idx), Ok(true)) {
@@ -351,36 +280,10 @@ impl Served {
         let mut n = 0;
         while let Some(comp) = eng.pop_completion() {
             n += 1;
-            let Some((slot, idx)) = self.by_req.remove(&comp.req) else {
-                continue;
-            };
-            let Some(c) = self.clients.get(slot as usize).and_then(Option::as_ref) else {
-                continue;
-            };
-            let Ok(mut d) = c.ch.read_desc(idx) else {
-                continue;
-            };
-            // Keep the client's own tag even if it scribbled over the descriptor meanwhile.
-            if let Some(Some(f)) = c.inflight.get(idx as usize) {
-                d.user = f.user;
+            // Operations of a departed client find no one to tell.
+            if let Some((slot, idx)) = self.by_req.remove(&comp.req) {
+                self.finish(slot, idx, ops::completed(comp.result));
             }
-            match comp.result {
-                Ok(Outcome::Sent) => d.status = status::OK,
-                Ok(Outcome::Received {
-                    info,
-                    received,
-                    truncated,
-                }) => {
-                    d.status = status::OK;
-                    d.info_rank = info.src_rank;
-                    d.info_bits = info.match_bits;
-                    d.info_len = info.len;
-                    d.received = received;
-                    d.truncated = truncated;
-                }
-                Err(e) => d.status = error_status(&e),
-            }
-            self.finish(slot, idx, d);
         }
         for c in self.clients.iter_mut().flatten() {
             while let Some(&i) = c.backlog.front() {
@@ -423,16 +326,5 @@ impl Served {
         for c in self.clients.iter().flatten() {
             c.ch.beat();
         }
-    }
-}
-
-fn error_status(e: &Error) -> u32 {
-    match e {
-        Error::PeerUnreachable(_) => status::PEER_UNREACHABLE,
-        Error::PeerRestarted(_) => status::PEER_RESTARTED,
-        Error::Copy(_) => status::COPY_FAILED,
-        Error::Cancelled => status::CANCELLED,
-        Error::EndpointClosed => status::SHUTDOWN,
-        Error::Invalid(_) => status::INVALID,
     }
 }

@@ -9,14 +9,23 @@
 //! Rings carry descriptor indices, never pointers. Descriptors and data buffers belong to the
 //! client, which keeps their free lists in its own memory (nothing to contend on): it fills a
 //! descriptor (and, for small payloads, a data buffer), pushes the index on the request ring;
-//! the engine copies the descriptor out once, validates it, works, writes the result into the
-//! same descriptor and pushes the index back on the completion ring. Each index sits in at
+//! the engine reads the descriptor once into a [`Request`] (validated, its buffer resolved),
+//! works, writes a [`Completion`] into the same descriptor and pushes the index back on the
+//! completion ring. Each index sits in at
 //! most one ring at a time and rings have a slot per descriptor, so a ring can never overflow.
 //! Large payloads do not pass through data buffers: the engine reads and writes the rank's
 //! own memory (`addr`, with [`FLAG_DIRECT`]).
+mod desc;
+mod layout;
+mod request;
 
-use crate::addr::EndpointAddr;
-use crate::wire::MacAddr;
+pub use desc::{
+    Completion, DESC_LEN, Desc, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op, status,
+};
+pub use layout::{Geometry, HEADER_LEN};
+pub use request::{Payload, Request, Submitted};
+
+use desc::{D_HANDLE, D_RESULT, D_RESULT_LEN, D_TRUNCATED, D_USER};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
@@ -24,193 +33,6 @@ use tigon_shm::{Region, Ring};
 
 pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 pub const VERSION: u32 = 2;
-pub const HEADER_LEN: usize = 4096;
-pub const DESC_LEN: usize = 256;
-/// "No data buffer" in [`Desc::data_idx`].
-pub const NO_DATA: u32 = u32::MAX;
-
-/// Operations a client asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Op {
-    Send = 1,
-    Recv = 2,
-    Probe = 3,
-    MProbe = 4,
-    MRecv = 5,
-    Cancel = 6,
-}
-
-impl Op {
-    pub fn from_u8(v: u8) -> Option<Op> {
-        Some(match v {
-            1 => Op::Send,
-            2 => Op::Recv,
-            3 => Op::Probe,
-            4 => Op::MProbe,
-            5 => Op::MRecv,
-            6 => Op::Cancel,
-            _ => return None,
-        })
-    }
-}
-
-/// Payload lives at `addr` in the client's own address space, not in a data buffer.
-pub const FLAG_DIRECT: u8 = 1;
-/// Synchronous send (MPI_Ssend).
-pub const FLAG_SYNC: u8 = 2;
-/// Receive/probe from any source (`src_rank` ignored).
-pub const FLAG_ANY_SOURCE: u8 = 4;
-
-/// Completion status codes.
-pub mod status {
-    pub const OK: u32 = 0;
-    /// Probe: nothing matched.
-    pub const NO_MATCH: u32 = 1;
-    pub const CANCELLED: u32 = 2;
-    pub const PEER_UNREACHABLE: u32 = 3;
-    pub const PEER_RESTARTED: u32 = 4;
-    pub const COPY_FAILED: u32 = 5;
-    pub const INVALID: u32 = 6;
-    /// The agent is shutting down.
-    pub const SHUTDOWN: u32 = 7;
-}
-
-/// One descriptor: a request as the client writes it, with the completion fields the engine
-/// fills in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Desc {
-    pub op: u8,
-    pub flags: u8,
-    /// Data buffer holding the payload (send) or receiving it (receive), or [`NO_DATA`].
-    pub data_idx: u32,
-    /// Echoed untouched: the client's own tag for the request.
-    pub user: u64,
-    /// Send length, or receive capacity.
-    pub len: u64,
-    /// Client address of the payload with [`FLAG_DIRECT`].
-    pub addr: u64,
-    pub match_bits: u64,
-    pub mask: u64,
-    /// Receive filter (unless [`FLAG_ANY_SOURCE`]) or the sender's rank.
-    pub rank: u32,
-    pub peer: Option<EndpointAddr>,
-    /// Message handle (mprobe → mrecv) or the descriptor index to cancel.
-    pub handle: u64,
-    // ---- completion ----
-    pub status: u32,
-    pub info_rank: u32,
-    pub info_bits: u64,
-    /// Length of the message as sent.
-    pub info_len: u64,
-    /// Bytes delivered into the buffer.
-    pub received: u64,
-    pub truncated: bool,
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4"))
-}
-
-impl Desc {
-    pub fn emit(&self, b: &mut [u8; DESC_LEN]) {
-        b.fill(0);
-        b[0] = self.op;
-        b[1] = self.flags;
-        b[2] = self.truncated as u8;
-        b[3] = self.peer.is_some() as u8;
-        b[4..8].copy_from_slice(&self.data_idx.to_le_bytes());
-        b[8..16].copy_from_slice(&self.user.to_le_bytes());
-        b[16..24].copy_from_slice(&self.len.to_le_bytes());
-        b[24..32].copy_from_slice(&self.addr.to_le_bytes());
-        b[32..40].copy_from_slice(&self.match_bits.to_le_bytes());
-        b[40..48].copy_from_slice(&self.mask.to_le_bytes());
-        b[48..52].copy_from_slice(&self.rank.to_le_bytes());
-        if let Some(p) = self.peer {
-            b[56..62].copy_from_slice(&p.mac.0);
-            b[62..64].copy_from_slice(&p.ep.to_le_bytes());
-        }
-        b[64..72].copy_from_slice(&self.handle.to_le_bytes());
-        b[72..76].copy_from_slice(&self.status.to_le_bytes());
-        b[76..80].copy_from_slice(&self.info_rank.to_le_bytes());
-        b[80..88].copy_from_slice(&self.info_bits.to_le_bytes());
-        b[88..96].copy_from_slice(&self.info_len.to_le_bytes());
-        b[96..104].copy_from_slice(&self.received.to_le_bytes());
-    }
-
-    /// Parses any 256 bytes; validity of the fields is the reader's business.
-    pub fn parse(b: &[u8; DESC_LEN]) -> Desc {
-        Desc {
-            op: b[0],
-            flags: b[1],
-            truncated: b[2] != 0,
-            data_idx: u32_at(b, 4),
-            user: u64_at(b, 8),
-            len: u64_at(b, 16),
-            addr: u64_at(b, 24),
-            match_bits: u64_at(b, 32),
-            mask: u64_at(b, 40),
-            rank: u32_at(b, 48),
-            peer: (b[3] != 0).then(|| {
-                EndpointAddr::new(
-                    MacAddr(b[56..62].try_into().expect("6")),
-                    u16::from_le_bytes([b[62], b[63]]),
-                )
-            }),
-            handle: u64_at(b, 64),
-            status: u32_at(b, 72),
-            info_rank: u32_at(b, 76),
-            info_bits: u64_at(b, 80),
-            info_len: u64_at(b, 88),
-            received: u64_at(b, 96),
-        }
-    }
-}
-
-/// Sizes of a channel, fixed by the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
-    pub n_desc: u32,
-    pub n_data: u32,
-    pub data_size: u32,
-}
-
-impl Geometry {
-    pub fn req_ring_off(&self) -> usize {
-        HEADER_LEN
-    }
-    pub fn cmp_ring_off(&self) -> usize {
-        HEADER_LEN + Ring::bytes(self.n_desc).next_multiple_of(64)
-    }
-    pub fn desc_off(&self) -> usize {
-        (self.cmp_ring_off() + Ring::bytes(self.n_desc)).next_multiple_of(4096)
-    }
-    pub fn data_off(&self) -> usize {
-        (self.desc_off() + self.n_desc as usize * DESC_LEN).next_multiple_of(4096)
-    }
-    pub fn len(&self) -> usize {
-        self.data_off() + self.n_data as usize * self.data_size as usize
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    fn validate(&self) -> io::Result<()> {
-        if !self.n_desc.is_power_of_two()
-            || self.n_desc > 1 << 20
-            || self.n_data > 1 << 20
-            || self.data_size == 0
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad channel geometry {self:?}"),
-            ));
-        }
-        Ok(())
-    }
-}
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -338,13 +160,31 @@ impl Channel {
 
     /// Byte offset of data buffer `idx` in the region.
     pub fn data_offset(&self, idx: u32) -> io::Result<usize> {
-        if idx >= self.geo.n_data {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("data buffer index {idx} out of range"),
-            ));
+        self.geo.data_buffer_off(idx)
+    }
+
+    /// Engine: the request in descriptor `idx`, read once, or why it is not one (a client
+    /// that submits such a thing is broken or hostile).
+    pub fn read_request(&self, idx: u32) -> Result<Submitted, String> {
+        let d = self.read_desc(idx).map_err(|e| e.to_string())?;
+        Ok(Submitted {
+            user: d.user,
+            request: Request::parse(&d, &self.geo)?,
+        })
+    }
+
+    /// Engine: writes the result of the request in descriptor `idx`.
+    pub fn write_completion(&self, idx: u32, c: &Completion) -> io::Result<()> {
+        let at = self.desc_offset(idx)?;
+        let r = &self.region;
+        r.write(at + D_TRUNCATED, &[c.truncated as u8])?;
+        r.write(at + D_USER, &c.user.to_le_bytes())?;
+        if let Some(h) = c.handle {
+            r.write(at + D_HANDLE, &h.to_le_bytes())?;
         }
-        Ok(self.geo.data_off() + idx as usize * self.geo.data_size as usize)
+        let mut result = [0u8; D_RESULT_LEN];
+        c.emit_result(&mut result);
+        r.write(at + D_RESULT, &result)
     }
 
     pub fn heartbeat(&self) -> u64 {
@@ -454,6 +294,114 @@ mod tests {
         assert!(agent.read_desc(64).is_err());
         assert!(agent.data_offset(8).is_err());
         assert!(geo.data_off() + 8 * 32 * 1024 <= region.len());
+    }
+
+    fn pair(geo: Geometry) -> (Channel, Channel) {
+        let region = Arc::new(Region::create("ch", geo.len(), false).unwrap());
+        let agent = Channel::init(region.clone(), geo, 1, 2).unwrap();
+        let client = Channel::open(Arc::new(
+            Region::from_fd(region.fd().try_clone().unwrap(), geo.len()).unwrap(),
+        ))
+        .unwrap();
+        (agent, client)
+    }
+
+    const GEO: Geometry = Geometry {
+        n_desc: 16,
+        n_data: 4,
+        data_size: 1024,
+    };
+
+    #[test]
+    fn a_request_is_read_from_its_descriptor() {
+        let (agent, client) = pair(GEO);
+        let recv = Desc {
+            op: Op::Recv as u8,
+            data_idx: 1,
+            user: 4,
+            len: 100,
+            rank: 2,
+            ..Desc::default()
+        };
+        client.write_desc(3, &recv).unwrap();
+        let got = agent.read_request(3).unwrap();
+        assert_eq!(got.user, 4);
+        assert_eq!(got.request, Request::parse(&recv, &GEO).unwrap());
+        assert!(matches!(
+            got.request,
+            Request::Recv {
+                payload: Payload::Buffer { len: 100, .. },
+                ..
+            }
+        ));
+        assert!(
+            agent
+                .read_request(16)
+                .unwrap_err()
+                .contains("descriptor index 16 out of range")
+        );
+        client
+            .write_desc(
+                4,
+                &Desc {
+                    op: 42,
+                    ..Desc::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(agent.read_request(4).unwrap_err(), "unknown operation 42");
+    }
+
+    #[test]
+    fn a_completion_leaves_the_request_fields_alone() {
+        let (agent, client) = pair(GEO);
+        let req = Desc {
+            op: Op::MProbe as u8,
+            flags: FLAG_ANY_SOURCE,
+            data_idx: 1,
+            user: 3,
+            len: 64,
+            addr: 0x1000,
+            match_bits: 0x55,
+            mask: u64::MAX,
+            rank: 2,
+            peer: Some("02:00:00:00:00:09/1".parse().unwrap()),
+            handle: 77,
+            ..Desc::default()
+        };
+        client.write_desc(5, &req).unwrap();
+        let done = Completion {
+            user: 3,
+            status: status::OK,
+            info_rank: 8,
+            info_bits: 0x66,
+            info_len: 4096,
+            received: 64,
+            truncated: true,
+            handle: Some(0x1234),
+        };
+        agent.write_completion(5, &done).unwrap();
+        let d = client.read_desc(5).unwrap();
+        assert_eq!(
+            d,
+            Desc {
+                status: status::OK,
+                info_rank: 8,
+                info_bits: 0x66,
+                info_len: 4096,
+                received: 64,
+                truncated: true,
+                handle: 0x1234,
+                ..req
+            }
+        );
+        // Without a handle, the descriptor's stays.
+        agent
+            .write_completion(5, &Completion::status(status::NO_MATCH))
+            .unwrap();
+        let d = client.read_desc(5).unwrap();
+        assert_eq!((d.status, d.handle, d.user), (status::NO_MATCH, 0x1234, 0));
+        assert!(agent.write_completion(16, &done).is_err());
     }
 
     #[test]

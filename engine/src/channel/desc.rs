@@ -1,0 +1,204 @@
+//! A descriptor's bytes: the request a client writes and the completion the engine writes
+//! back into it.
+
+use crate::addr::EndpointAddr;
+use crate::wire::MacAddr;
+
+pub const DESC_LEN: usize = 256;
+/// "No data buffer" in [`Desc::data_idx`].
+pub const NO_DATA: u32 = u32::MAX;
+
+/// Operations a client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    Send = 1,
+    Recv = 2,
+    Probe = 3,
+    MProbe = 4,
+    MRecv = 5,
+    Cancel = 6,
+}
+
+impl Op {
+    pub fn from_u8(v: u8) -> Option<Op> {
+        Some(match v {
+            1 => Op::Send,
+            2 => Op::Recv,
+            3 => Op::Probe,
+            4 => Op::MProbe,
+            5 => Op::MRecv,
+            6 => Op::Cancel,
+            _ => return None,
+        })
+    }
+}
+
+/// Payload lives at `addr` in the client's own address space, not in a data buffer.
+pub const FLAG_DIRECT: u8 = 1;
+/// Synchronous send (MPI_Ssend).
+pub const FLAG_SYNC: u8 = 2;
+/// Receive/probe from any source (`src_rank` ignored).
+pub const FLAG_ANY_SOURCE: u8 = 4;
+
+/// Completion status codes.
+pub mod status {
+    pub const OK: u32 = 0;
+    /// Probe: nothing matched.
+    pub const NO_MATCH: u32 = 1;
+    pub const CANCELLED: u32 = 2;
+    pub const PEER_UNREACHABLE: u32 = 3;
+    pub const PEER_RESTARTED: u32 = 4;
+    pub const COPY_FAILED: u32 = 5;
+    pub const INVALID: u32 = 6;
+    /// The agent is shutting down.
+    pub const SHUTDOWN: u32 = 7;
+}
+
+/// One descriptor: a request as the client writes it, with the completion fields the engine
+/// fills in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Desc {
+    pub op: u8,
+    pub flags: u8,
+    /// Data buffer holding the payload (send) or receiving it (receive), or [`NO_DATA`].
+    pub data_idx: u32,
+    /// Echoed untouched: the client's own tag for the request.
+    pub user: u64,
+    /// Send length, or receive capacity.
+    pub len: u64,
+    /// Client address of the payload with [`FLAG_DIRECT`].
+    pub addr: u64,
+    pub match_bits: u64,
+    pub mask: u64,
+    /// Receive filter (unless [`FLAG_ANY_SOURCE`]) or the sender's rank.
+    pub rank: u32,
+    pub peer: Option<EndpointAddr>,
+    /// Message handle (mprobe → mrecv) or the descriptor index to cancel.
+    pub handle: u64,
+    // ---- completion ----
+    pub status: u32,
+    pub info_rank: u32,
+    pub info_bits: u64,
+    /// Length of the message as sent.
+    pub info_len: u64,
+    /// Bytes delivered into the buffer.
+    pub received: u64,
+    pub truncated: bool,
+}
+
+// Byte offsets in a descriptor of the fields the engine writes back (see [`Desc::emit`]).
+pub(super) const D_TRUNCATED: usize = 2;
+pub(super) const D_USER: usize = 8;
+pub(super) const D_HANDLE: usize = 64;
+/// status, info_rank, info_bits, info_len and received, in this order, up to byte 104.
+pub(super) const D_RESULT: usize = 72;
+pub(super) const D_RESULT_LEN: usize = 32;
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4"))
+}
+
+impl Desc {
+    pub fn emit(&self, b: &mut [u8; DESC_LEN]) {
+        b.fill(0);
+        b[0] = self.op;
+        b[1] = self.flags;
+        b[D_TRUNCATED] = self.truncated as u8;
+        b[3] = self.peer.is_some() as u8;
+        b[4..8].copy_from_slice(&self.data_idx.to_le_bytes());
+        b[D_USER..D_USER + 8].copy_from_slice(&self.user.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.addr.to_le_bytes());
+        b[32..40].copy_from_slice(&self.match_bits.to_le_bytes());
+        b[40..48].copy_from_slice(&self.mask.to_le_bytes());
+        b[48..52].copy_from_slice(&self.rank.to_le_bytes());
+        if let Some(p) = self.peer {
+            b[56..62].copy_from_slice(&p.mac.0);
+            b[62..64].copy_from_slice(&p.ep.to_le_bytes());
+        }
+        b[D_HANDLE..D_HANDLE + 8].copy_from_slice(&self.handle.to_le_bytes());
+        let result: &mut [u8; D_RESULT_LEN] = (&mut b[D_RESULT..D_RESULT + D_RESULT_LEN])
+            .try_into()
+            .expect("32");
+        self.completion().emit_result(result);
+    }
+
+    /// The completion fields of this descriptor.
+    fn completion(&self) -> Completion {
+        Completion {
+            user: self.user,
+            status: self.status,
+            info_rank: self.info_rank,
+            info_bits: self.info_bits,
+            info_len: self.info_len,
+            received: self.received,
+            truncated: self.truncated,
+            handle: Some(self.handle),
+        }
+    }
+
+    /// Parses any 256 bytes; validity of the fields is the reader's business.
+    pub fn parse(b: &[u8; DESC_LEN]) -> Desc {
+        Desc {
+            op: b[0],
+            flags: b[1],
+            truncated: b[D_TRUNCATED] != 0,
+            data_idx: u32_at(b, 4),
+            user: u64_at(b, D_USER),
+            len: u64_at(b, 16),
+            addr: u64_at(b, 24),
+            match_bits: u64_at(b, 32),
+            mask: u64_at(b, 40),
+            rank: u32_at(b, 48),
+            peer: (b[3] != 0).then(|| {
+                EndpointAddr::new(
+                    MacAddr(b[56..62].try_into().expect("6")),
+                    u16::from_le_bytes([b[62], b[63]]),
+                )
+            }),
+            handle: u64_at(b, D_HANDLE),
+            status: u32_at(b, D_RESULT),
+            info_rank: u32_at(b, D_RESULT + 4),
+            info_bits: u64_at(b, D_RESULT + 8),
+            info_len: u64_at(b, D_RESULT + 16),
+            received: u64_at(b, D_RESULT + 24),
+        }
+    }
+}
+
+/// What the engine writes back into a request's descriptor; the request's own fields stay as
+/// the client wrote them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Completion {
+    pub user: u64,
+    pub status: u32,
+    pub info_rank: u32,
+    pub info_bits: u64,
+    pub info_len: u64,
+    pub received: u64,
+    pub truncated: bool,
+    /// The message handle a probe found (`None`: the descriptor's handle is left alone).
+    pub handle: Option<u64>,
+}
+
+impl Completion {
+    /// A completion with only a status.
+    pub fn status(status: u32) -> Completion {
+        Completion {
+            status,
+            ..Completion::default()
+        }
+    }
+
+    pub(super) fn emit_result(&self, b: &mut [u8; D_RESULT_LEN]) {
+        b[0..4].copy_from_slice(&self.status.to_le_bytes());
+        b[4..8].copy_from_slice(&self.info_rank.to_le_bytes());
+        b[8..16].copy_from_slice(&self.info_bits.to_le_bytes());
+        b[16..24].copy_from_slice(&self.info_len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.received.to_le_bytes());
+    }
+}

@@ -1,0 +1,59 @@
+//! Where things are in a channel's region.
+
+use super::desc::DESC_LEN;
+use std::io;
+use tigon_shm::Ring;
+
+pub const HEADER_LEN: usize = 4096;
+
+/// Sizes of a channel, fixed by the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub n_desc: u32,
+    pub n_data: u32,
+    pub data_size: u32,
+}
+
+impl Geometry {
+    pub fn req_ring_off(&self) -> usize {
+        HEADER_LEN
+    }
+    pub fn cmp_ring_off(&self) -> usize {
+        HEADER_LEN + Ring::bytes(self.n_desc).next_multiple_of(64)
+    }
+    pub fn desc_off(&self) -> usize {
+        (self.cmp_ring_off() + Ring::bytes(self.n_desc)).next_multiple_of(4096)
+    }
+    pub fn data_off(&self) -> usize {
+        (self.desc_off() + self.n_desc as usize * DESC_LEN).next_multiple_of(4096)
+    }
+    pub fn len(&self) -> usize {
+        self.data_off() + self.n_data as usize * self.data_size as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Byte offset of data buffer `idx` in the region.
+    pub fn data_buffer_off(&self, idx: u32) -> io::Result<usize> {
+        if idx >= self.n_data {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("data buffer index {idx} out of range"),
+            ));
+        }
+        Ok(self.data_off() + idx as usize * self.data_size as usize)
+    }
+    pub(super) fn validate(&self) -> io::Result<()> {
+        if !self.n_desc.is_power_of_two()
+            || self.n_desc > 1 << 20
+            || self.n_data > 1 << 20
+            || self.data_size == 0
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad channel geometry {self:?}"),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! Bringing up DPDK for the agent: the EAL on the engine's lcore, the mbuf pools, the port
+//! (with what its driver needs at the chosen MTU) and the optional dmadev; and registering
+//! client channels with DPDK so the dmadev may write them.
+
+use super::args::{AgentArgs, Settings};
+use super::link::PortLink;
+use std::path::Path;
+use tigon_engine::MacAddr;
+use tigon_engine::channel::Channel;
+use tigon_pmd::{
+    DEFAULT_DATA_ROOM, DmaDev, Eal, ExtMem, Hugepages, IovaMode, JUMBO_DATA_ROOM, Mempool, Port,
+    PortConfig,
+};
+
+/// What the engine runs on.
+pub struct Dataplane {
+    pub eal: Eal,
+    pub link: PortLink,
+    pub mac: MacAddr,
+    pub dma: Option<DmaDev>,
+}
+
+/// Initialises the EAL and opens the port and dmadev `a` and `s` name.
+pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
+    let eal = start_eal(a, s)?;
+    let room = if s.mtu > 1500 {
+        JUMBO_DATA_ROOM
+    } else {
+        DEFAULT_DATA_ROOM
+    };
+    let rx_pool = Mempool::new(&eal, "tigon_rx", 8191, room).map_err(|e| e.to_string())?;
+    let tx_pool = Mempool::new(&eal, "tigon_tx", 8191, room).map_err(|e| e.to_string())?;
+    let port = open_port(&eal, &rx_pool, &s.devargs, s.mtu)?;
+    let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
+    let dma = match &a.dma {
+        Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
+        None => None,
+    };
+    let link = PortLink::new(port, tx_pool, mac, s.max_frame());
+    Ok(Dataplane {
+        eal,
+        link,
+        mac,
+        dma,
+    })
+}
+
+/// The EAL, on the engine's lcore, scanning only the buses the port and dmadev need.
+fn start_eal(a: &AgentArgs, s: &Settings) -> Result<Eal, String> {
+    let lcore = a.lcore.unwrap_or(0);
+    let mut b = Eal::builder()
+        .lcores(lcore.to_string())
+        .main_lcore(lcore)
+        .file_prefix(file_prefix(&s.socket))
+        .in_memory(true)
+        .hugepages(if s.no_huge {
+            Hugepages::Off
+        } else {
+            Hugepages::Auto
+        })
+        .log_level("*:warning");
+    if a.dma.is_some() {
+        b = b.iova_mode(IovaMode::Va);
+    }
+    // A vdev port needs no PCI scan (which would also grab the host's own NIC).
+    let pci = |d: &str| d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_");
+    if !pci(&s.devargs) && !a.dma.as_deref().is_some_and(pci) {
+        b = b.no_pci(true);
+    }
+    // A software dmadev (dma_skeleton) is a vdev to create; IOAT / DSA devices are found by
+    // the bus scans.
+    if let Some(d) = &a.dma
+        && device_name(d).starts_with("dma_")
+    {
+        b = b.vdev(d.clone());
+    }
+    if let Some(extra) = &a.eal {
+        b = b.args(extra.clone());
+    }
+    b.init().map_err(|e| format!("DPDK initialisation: {e}"))
+}
+
+/// The port `devargs` names, receiving into `rx_pool`, at `mtu`.
+fn open_port(eal: &Eal, rx_pool: &Mempool, devargs: &str, mtu: u16) -> Result<Port, String> {
+    let port_args = port_devargs(devargs, mtu)?;
+    Port::open(
+        eal,
+        &port_args,
+        rx_pool,
+        &PortConfig {
+            mtu: (!mtu_from_devargs(devargs)).then_some(mtu),
+            ..PortConfig::default()
+        },
+    )
+    .map_err(|e| {
+        let hint = if port_args.contains("net_memif") && port_args.contains("role=client") {
+            " (a memif client needs its server: start the role=server agent first, on the same socket)"
+        } else {
+            ""
+        };
+        format!("port `{port_args}`: {e}{hint}")
+    })
+}
+
+/// A file prefix unique to this agent (several agents may share a machine).
+fn file_prefix(socket: &Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in socket.as_os_str().as_encoded_bytes() {
+        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    format!("tigon-{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// The device name of `devargs` (what comes before the first comma).
+fn device_name(devargs: &str) -> &str {
+    devargs.split(',').next().unwrap_or("").trim()
+}
+
+/// Whether the port's driver takes its frame size from elsewhere than `rte_eth_dev_set_mtu`
+/// (which it refuses): memif carries jumbo frames in its `bsize` buffers (the port layer sets
+/// `bsize=9216`), af_packet follows the kernel interface's MTU and the ring's `framesz`.
+fn mtu_from_devargs(devargs: &str) -> bool {
+    let name = device_name(devargs);
+    name.starts_with("net_memif") || name.starts_with("net_af_packet")
+}
+
+/// Devargs for the port at `mtu`: af_packet needs ring frames that hold a jumbo frame plus
+/// its TPACKET header, and an interface whose MTU lets such frames through.
+fn port_devargs(devargs: &str, mtu: u16) -> Result<String, String> {
+    if mtu <= 1500 || !device_name(devargs).starts_with("net_af_packet") {
+        return Ok(devargs.to_string());
+    }
+    let iface = devargs
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix("iface="));
+    if let Some(iface) = iface
+        && let Ok(text) = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        && let Ok(have) = text.trim().parse::<u32>()
+        && have < mtu as u32
+    {
+        return Err(format!(
+            "--mtu {mtu}: interface {iface} has MTU {have} (af_packet follows the kernel's \
+             MTU: `ip link set {iface} mtu {mtu}`)"
+        ));
+    }
+    let mut d = devargs.to_string();
+    if !d.contains("framesz=") {
+        d.push_str(",framesz=9216");
+    }
+    if !d.contains("blocksz=") {
+        d.push_str(",blocksz=36864");
+    }
+    Ok(d)
+}
+
+/// Registers a client's channel with DPDK so the dmadev can write its data buffers.
+pub fn register(eal: &Eal, ch: &Channel) -> Option<std::sync::Arc<ExtMem>> {
+    let fd = ch.region.fd().try_clone().ok()?;
+    let page = if ch.region.is_hugetlb() {
+        2 << 20
+    } else {
+        4096
+    };
+    match ExtMem::from_fd(eal, fd, ch.region.len(), page) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            log::warn!("channel not registered with DPDK ({e}); CPU copies only for this client");
+            None
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! What the agent reports (`tigon stats`, the control socket's `stats` request): its
+//! clients, the engine's counters, copies, the link, and where the engine loop's time goes.
+
+use super::copy::AgentCopy;
+use super::link::PortLink;
+use super::serve::Served;
+use tigon_engine::Engine;
+
+/// Where the engine loop's time goes, worst cases: the longest gap between two iterations
+/// (and the CPU time the thread got during it: far less than the gap means it was
+/// descheduled or blocked), and the longest engine poll, client serving, control command
+/// and idle sleep.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct LoopGaps {
+    max_gap_us: u64,
+    max_gap_cpu_us: u64,
+    gaps_over_100ms: u64,
+    pub max_poll_us: u64,
+    pub max_serve_us: u64,
+    pub max_cmds_us: u64,
+    pub max_sleep_us: u64,
+    pub sleeps: u64,
+}
+
+impl LoopGaps {
+    /// Notes a gap of `ns` between two iterations, of which the thread ran `cpu_ns`.
+    pub fn note(&mut self, ns: u64, cpu_ns: u64) {
+        if ns / 1000 > self.max_gap_us {
+            self.max_gap_us = ns / 1000;
+            self.max_gap_cpu_us = cpu_ns / 1000;
+        }
+        if ns > 100_000_000 {
+            self.gaps_over_100ms += 1;
+        }
+    }
+}
+
+/// The agent's counters as JSON.
+pub fn json(
+    eng: &Engine<PortLink, AgentCopy>,
+    served: &Served,
+    link: &PortLink,
+    gaps: &LoopGaps,
+) -> serde_json::Value {
+    let s = &eng.stats;
+    let c = eng.copy_engine();
+    let port = link.port.stats().ok();
+    serde_json::json!({
+        "clients": served.client_count(),
+        "serve": served.stats,
+        "peers": s.peers,
+        "frames": { "rx": s.rx_frames, "tx": s.tx_frames, "tx_bytes": s.tx_bytes, "acks_sent": s.acks_sent },
+        "retransmits": s.retransmits,
+        "drops": {
+            "checksum": s.drop_checksum, "truncated": s.drop_truncated, "malformed": s.drop_malformed,
+            "foreign": s.drop_foreign, "not_ours": s.drop_not_ours, "no_endpoint": s.drop_no_endpoint,
+            "stale_session": s.drop_stale, "unknown_message": s.drop_unknown_msg, "duplicates": s.rx_duplicates,
+        },
+        "ring_full": served.stats.ring_full,
+        "copies": { "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu, "direct_bytes": c.bytes.direct, "dma_errors": c.dma_errors },
+        "messages": {
+            "sends": s.sends_completed, "recvs": s.recvs_completed, "failed": s.ops_failed, "eager": s.eager_sent,
+            "rendezvous": s.rndv_sent, "unexpected": s.unexpected, "unexpected_bytes_peak": s.unexpected_bytes_peak,
+            "credit_stalls": s.credit_stalls,
+        },
+        "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts },
+        "link": link.stats,
+        "engine_loop": gaps,
+        "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
+    })
+}
