@@ -215,7 +215,7 @@ pub fn send(port: &mut Port, pool: &Mempool, opts: &SendOpts) -> Result<SendRepo
                     continue;
                 }
             };
-            if let Err(e) = m.extend_from_slice(pool, &buf) {
+            if let Err(e) = m.extend_from_slice(|| pool.alloc(), &buf) {
                 drop(m);
                 if matches!(e, Error::PoolExhausted { .. }) && !batch.is_empty() {
                     break;
@@ -250,7 +250,7 @@ pub fn send(port: &mut Port, pool: &Mempool, opts: &SendOpts) -> Result<SendRepo
         let mut m = pool.alloc()?;
         let mut b = vec![0u8; MIN_FRAME];
         header(&mut b, mac, KIND_END, rep.sent, MIN_FRAME);
-        m.extend_from_slice(pool, &b)?;
+        m.extend_from_slice(|| pool.alloc(), &b)?;
         let mut v = vec![m];
         // Best effort: the receiver may already have stopped (and with it a memif link).
         port.tx_burst(0, &mut v);

@@ -17,7 +17,6 @@ use tigon_dpdk_sys as sys;
 
 use crate::error::{Error, Result};
 use crate::extmem::ExtMem;
-use crate::mempool::Mempool;
 
 /// An owned packet mbuf (the head of a chain). `#[repr(transparent)]` over the DPDK pointer
 /// so that `&mut [Mbuf]` passes straight to the burst functions.
@@ -258,9 +257,14 @@ impl Mbuf {
         Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len as usize) })
     }
 
-    /// Appends `bytes` at the end of the frame, chaining new segments from `pool` when the
-    /// last one is full (frames longer than one mbuf's data room).
-    pub fn extend_from_slice(&mut self, pool: &Mempool, mut bytes: &[u8]) -> Result<()> {
+    /// Appends `bytes` at the end of the frame, chaining new segments from `new_segment`
+    /// (usually `|| pool.alloc()`) when the last one is full (frames longer than one mbuf's
+    /// data room).
+    pub fn extend_from_slice(
+        &mut self,
+        mut new_segment: impl FnMut() -> Result<Mbuf>,
+        mut bytes: &[u8],
+    ) -> Result<()> {
         if !self.is_unique() {
             return Err(Error::Shared);
         }
@@ -271,7 +275,7 @@ impl Mbuf {
                 self.tailroom() as usize
             };
             if room == 0 {
-                let seg = pool.alloc()?;
+                let seg = new_segment()?;
                 self.chain(seg)?;
                 continue;
             }

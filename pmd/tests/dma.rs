@@ -121,7 +121,7 @@ fn dma_skeleton_copies_random_sizes_byte_identical() {
     let pool = Mempool::new(&eal, "dma_frames", 255, DEFAULT_DATA_ROOM).expect("pool");
     let frame: Vec<u8> = (0..9000u32).map(|i| (i * 7 + 3) as u8).collect();
     let mut m = pool.alloc().expect("mbuf");
-    m.extend_from_slice(&pool, &frame).expect("frame");
+    m.extend_from_slice(|| pool.alloc(), &frame).expect("frame");
     assert!(m.nb_segs() > 1);
     dst.fill(MIB, 9000, 0xEE).expect("poison");
     let idx = dma

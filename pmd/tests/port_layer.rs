@@ -40,7 +40,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 fn frame(pool: &Mempool, bytes: &[u8]) -> Mbuf {
     let mut m = pool.alloc().expect("alloc");
-    m.extend_from_slice(pool, bytes).expect("extend");
+    m.extend_from_slice(|| pool.alloc(), bytes).expect("extend");
     m
 }
 
@@ -123,7 +123,7 @@ fn exhausted_pool_is_an_error_not_a_crash() {
     held.pop();
     let mut m = p.alloc().expect("one mbuf back");
     assert!(matches!(
-        m.extend_from_slice(&p, &pattern(5000, 1)),
+        m.extend_from_slice(|| p.alloc(), &pattern(5000, 1)),
         Err(Error::PoolExhausted { .. })
     ));
     drop(m);
@@ -310,7 +310,8 @@ fn header_mbuf_chained_to_an_external_payload() {
     assert_eq!(hdr.len(), 5014);
     assert_eq!(hdr.nb_segs(), 2);
     // Appending after an external segment starts a fresh pool segment.
-    hdr.extend_from_slice(&p, &[0xBB; 100]).expect("trailer");
+    hdr.extend_from_slice(|| p.alloc(), &[0xBB; 100])
+        .expect("trailer");
     assert_eq!(hdr.nb_segs(), 3);
     let all = hdr.to_vec();
     assert_eq!(all[..14], [0xAA; 14]);
