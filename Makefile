@@ -67,6 +67,7 @@ fmt:
 fmt-check:
 	$(CARGO) fmt --all --check
 
-# Removes network namespaces left by an interrupted test, demo or tigon run (names tgA*/tgB*/tgM*/tgN*).
+# Removes the network namespaces, veths and scratch directories a killed test, demo or tigon run
+# left, only those whose owner process (the pid in their names) is dead.
 clean-netns:
-	@for ns in $$(ip netns list | awk '/^tg[ABMN]/ {print $$1}'); do ip netns del "$$ns" && echo "deleted netns $$ns"; done
+	@scripts/clean-leftovers.sh

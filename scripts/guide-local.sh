@@ -21,8 +21,8 @@ APP=("$@")
 
 WORK=$(mktemp -d /tmp/tigon-guide.XXXXXX)
 TAG=$$
-# Names as `make clean-netns` knows them (tgA*, tgB*).
-NS=("tgAg$TAG" "tgBg$TAG")
+# Names as `make clean-netns` knows them (tgA*, tgB*, with the owner's pid and a dash).
+NS=("tgAg$TAG-0" "tgBg$TAG-0")
 IF=("tgga$TAG" "tggb$TAG")
 
 cleanup() {
@@ -38,8 +38,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 # Namespaces of an earlier run killed before it could clean up (its pid is gone).
-for ns in $(ip netns list | awk '/^tg[AB]g[0-9]+( |$)/ {print $1}'); do
-    kill -0 "${ns:4}" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+for ns in $(ip netns list | awk '/^tg[AB]g[0-9]+-/ {print $1}'); do
+    pid=${ns:4}
+    kill -0 "${pid%%-*}" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
 done
 
 echo "== two nodes: namespaces ${NS[*]}, joined by veth ${IF[*]}"

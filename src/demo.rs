@@ -95,7 +95,7 @@ fn memif(a: &DemoArgs, tag: &str) -> Result<(RecvReport, SendReport), String> {
             ),
         },
     )?;
-    let r = s.run();
+    let r = s.run_until(&tigon_shm::signals::terminating);
     let _ = std::fs::remove_file(&sock);
     r
 }
@@ -121,7 +121,7 @@ fn af_packet(a: &DemoArgs, tag: &str) -> Result<(RecvReport, SendReport), String
             ),
         },
     )?;
-    s.run()
+    s.run_until(&tigon_shm::signals::terminating)
 }
 
 fn row(name: &str, r: &Result<(RecvReport, SendReport), String>) {
@@ -139,13 +139,29 @@ fn row(name: &str, r: &Result<(RecvReport, SendReport), String>) {
     }
 }
 
-pub fn run(a: DemoArgs) -> Result<(), String> {
-    if !a.ports {
-        return netpipe_demo(&a);
-    }
+/// Runs the demo; returns the exit code (130 after Ctrl-C / SIGTERM, with everything it
+/// started stopped and its scratch removed).
+pub fn run(a: DemoArgs) -> Result<i32, String> {
     if a.min < tigon_pmd::frames::MIN_FRAME || a.max > 9000 || a.min > a.max {
-        return Err("frame sizes must satisfy 60 <= min <= max <= 9000".into());
+        return Err(format!(
+            "--min {} --max {}: frame sizes must satisfy 60 <= min <= max <= 9000",
+            a.min, a.max
+        ));
     }
+    crate::run::launcher_setup()?;
+    let r = if a.ports {
+        ports_demo(&a)
+    } else {
+        netpipe_demo(&a)
+    };
+    if tigon_shm::signals::terminating() {
+        eprintln!("tigon demo: interrupted");
+        return Ok(crate::run::INTERRUPTED);
+    }
+    r.map(|()| 0)
+}
+
+fn ports_demo(a: &DemoArgs) -> Result<(), String> {
     let tag = unique_tag();
     println!(
         "tigon demo: {} frames of {}..={} B per fabric, checked byte by byte (2 processes \
@@ -153,9 +169,12 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         a.frames, a.min, a.max
     );
     eprintln!("memif: two processes, one memif socket ...");
-    let m = memif(&a, &tag);
+    let m = memif(a, &tag);
     eprintln!("af_packet: two network namespaces joined by a veth pair (MTU 9000) ...");
-    let p = af_packet(&a, &tag);
+    if tigon_shm::signals::terminating() {
+        return Err("interrupted".into());
+    }
+    let p = af_packet(a, &tag);
     println!();
     println!(
         "{:<10} {:>10} {:>10} {:>8} {:>9} {:>12} {:>8}",
@@ -205,22 +224,32 @@ fn at(points: &[NpPoint], bytes: usize) -> Option<NpPoint> {
     points.iter().copied().find(|p| p.bytes == bytes)
 }
 
+/// Runs one NetPIPE job (its output into `out`, mpirun's into `out`.log), as `tigon run`
+/// waits for its jobs: stopped on Ctrl-C / SIGTERM, no rank left behind.
 fn run_netpipe(
     mut cmd: std::process::Command,
     out: &std::path::Path,
     what: &str,
+    keep: &[u32],
 ) -> Result<Vec<NpPoint>, String> {
     eprintln!("{what} ...");
-    let o = cmd
+    let log = out.with_extension("log");
+    let f = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let f2 = f.try_clone().map_err(|e| e.to_string())?;
+    let mut child = cmd
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(f)
+        .stderr(f2)
+        .spawn()
         .map_err(|e| format!("{what}: {e} (install openmpi-bin, netpipe-openmpi)"))?;
-    if !o.status.success() {
+    let st = crate::run::wait_job(&mut child, keep)?;
+    if tigon_shm::signals::terminating() {
+        return Err(format!("{what}: interrupted"));
+    }
+    if !st.success() {
         return Err(format!(
-            "{what} failed ({}):\n{}{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+            "{what} failed ({st}):\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
         ));
     }
     let text =
@@ -256,7 +285,11 @@ fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
     let cluster = Cluster::start(&opts)?;
     let t_out = cluster.dir.join("np-tigon.out");
     let cmd = crate::run::mpirun_command(&cluster, 2, &[], &np_args(&t_out))?;
-    let tigon = run_netpipe(cmd, &t_out, "NetPIPE over tigon (pml cm, mtl tigon)");
+    let keep = cluster.agent_pids();
+    let tigon = run_netpipe(cmd, &t_out, "NetPIPE over tigon (pml cm, mtl tigon)", &keep);
+    if tigon_shm::signals::terminating() {
+        return Err("interrupted".into());
+    }
     let stats = tigon_client::agent_stats(&cluster.nodes[0].socket).ok();
     let tcp_out = cluster.dir.join("np-tcp.out");
     let mut cmd = std::process::Command::new("mpirun");
@@ -280,8 +313,17 @@ fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
         "lo",
     ])
     .args(["--mca", "mpi_yield_when_idle", "1"])
+    // Each rank dies with mpirun, as under `tigon run`.
+    .arg(std::env::current_exe().map_err(|e| format!("locating tigon: {e}"))?)
+    .args([
+        "rank-exec",
+        "--owner",
+        &std::process::id().to_string(),
+        "--",
+    ])
     .args(np_args(&tcp_out));
-    let tcp = run_netpipe(cmd, &tcp_out, "NetPIPE over ob1/tcp (loopback)");
+    tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
+    let tcp = run_netpipe(cmd, &tcp_out, "NetPIPE over ob1/tcp (loopback)", &keep);
     let (tigon, tcp) = (tigon?, tcp?);
     drop(cluster);
     println!();

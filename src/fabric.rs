@@ -161,6 +161,8 @@ impl Cluster {
                 "--loss needs --fabric veth (loss is injected by nftables on the veth)".into(),
             );
         }
+        // What earlier runs that were SIGKILLed left (their owners are gone).
+        crate::leftovers::sweep();
         let tag = unique_tag();
         let dir = std::env::temp_dir().join(format!("tigon-run-{tag}"));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -279,6 +281,11 @@ impl Cluster {
                 cmd.args(["--peer-timeout-ms", EMULATED_PEER_TIMEOUT_MS]);
             }
             cmd.args(&o.agent_args);
+            // An agent dies with the launcher, even one killed by SIGKILL; in a process group
+            // of its own, a terminal's Ctrl-C reaches only the launcher, which stops the job,
+            // reads the agents' counters and then stops them.
+            tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
             let child = cmd
                 .stdin(Stdio::null())
@@ -329,6 +336,14 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The agents' process ids.
+    pub fn agent_pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.agent.as_ref().map(Child::id))
+            .collect()
     }
 
     /// Stops the agents (SIGINT, then SIGKILL after 3 s).

@@ -4,9 +4,11 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod bench;
+mod cli;
 mod demo;
 mod doctor;
 mod fabric;
+mod leftovers;
 mod peer;
 mod run;
 
@@ -33,7 +35,8 @@ enum Cmd {
     /// A test client of an agent (ping-pong, exchange, fault drills).
     #[command(hide = true)]
     Peer(peer::PeerArgs),
-    /// Port-level demo: frames over a memif pair and over af_packet on a veth pair.
+    /// NetPIPE between two emulated nodes, over tigon and over Open MPI's TCP path, side by
+    /// side (`--ports`: checked frames over memif and af_packet instead).
     Demo(demo::DemoArgs),
     /// Benchmarks (`tigon bench engine`, ...).
     Bench(bench::BenchArgs),
@@ -47,18 +50,18 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// How `tigon run` starts each rank: dies with its mpirun, pinned off its agent's core
+    /// (used by `run`).
+    #[command(hide = true)]
+    RankExec(run::RankExecArgs),
 }
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    // mpirun users type `-np N`; clap's short options are one letter.
+    cli::end_quietly_on_broken_pipe();
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "run") {
-        for a in args.iter_mut().take_while(|a| *a != "--") {
-            if a == "-np" {
-                *a = "--np".into();
-            }
-        }
+        run::mpirun_style(&mut args[2..]);
     }
     let cli = Cli::parse_from(args);
     let res = match cli.cmd {
@@ -73,10 +76,21 @@ fn main() {
                 .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()))
         }
         Cmd::Peer(a) => peer::run(a),
-        Cmd::Demo(a) => demo::run(a),
+        Cmd::Demo(a) => match demo::run(a) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Cmd::Bench(a) => bench::run(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Frames { args } => tigon_pmd::frames::cli_main(&args),
+        Cmd::RankExec(a) => match run::rank_exec(a) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("tigon run: {e}");
+                // The shell's status for a command that could not be run.
+                std::process::exit(127);
+            }
+        },
     };
     if let Err(e) = res {
         eprintln!("tigon: {e}");

@@ -1,29 +1,39 @@
 //! `tigon run`: an MPI job over emulated nodes on this machine, with the tigon MTL selected.
+//!
+//! Nothing outlives it. The agents and mpirun get a parent-death signal (so even a SIGKILLed
+//! `tigon run` takes them along), each rank is started through `tigon rank-exec`, which asks
+//! for SIGKILL when its mpirun dies, and `tigon run` adopts orphaned ranks (a child
+//! subreaper) so that it can kill and reap them before it exits. The agents run in process
+//! groups of their own: a terminal's Ctrl-C reaches `tigon run` (and mpirun and the ranks, in
+//! its group), which then stops the job, reads the agents' counters and stops the agents.
 
+use crate::cli::{parse_mtu, parse_nodes, parse_np, parse_percent};
 use crate::fabric::{Cluster, ClusterOpts, FabricKind, OMPI_COMPONENT_DIR, mtl_dir};
 use clap::Args;
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Emulated nodes (one agent each).
-    #[arg(long, default_value_t = 2)]
+    /// Emulated nodes (one agent each; memif links 2 at most).
+    #[arg(long, default_value_t = 2, value_parser = parse_nodes)]
     pub nodes: usize,
     /// How the nodes are linked.
     #[arg(long, value_enum, default_value_t = FabricKind::Memif)]
     pub fabric: FabricKind,
-    /// Percent of frames dropped at each node's ingress (veth only).
-    #[arg(long, default_value_t = 0)]
+    /// Percent of the frames each node sends that the wire drops, 0 to 100 (veth only).
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = parse_percent)]
     pub loss: u32,
     /// Agents offload receive copies to a dmadev (dma_skeleton).
     #[arg(long)]
     pub dma: bool,
-    /// MTU of the fabric (1500 or 9000).
-    #[arg(long, default_value_t = 1500)]
+    /// MTU of the fabric: 1500 or 9000.
+    #[arg(long, default_value_t = 1500, value_parser = parse_mtu)]
     pub mtu: u16,
-    /// MPI ranks, spread over the nodes in blocks.
-    #[arg(long = "np", short = 'n', default_value_t = 2)]
+    /// MPI ranks, spread over the nodes in blocks (`-np` as with mpirun).
+    #[arg(long = "np", short = 'n', default_value_t = 2, value_parser = parse_np)]
     pub np: usize,
     /// Extra `mpirun` options (repeatable), e.g. --mpirun-arg=--tag-output.
     #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
@@ -36,9 +46,48 @@ pub struct RunArgs {
     /// of `tigon stats`), and with --loss `tigon run: node I loss rule dropped N frames`.
     #[arg(long)]
     pub stats: bool,
-    /// The MPI program and its arguments.
-    #[arg(last = true, required = true)]
+    /// The MPI program and its arguments (after `--`, or after the last option).
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub program: Vec<String>,
+}
+
+/// Options of `tigon run` that take a value: the word after one is not the program.
+const VALUE_OPTS: &[&str] = &[
+    "--nodes",
+    "--fabric",
+    "--loss",
+    "--mtu",
+    "--np",
+    "-n",
+    "-np",
+    "--mpirun-arg",
+    "--agent-arg",
+];
+
+/// mpirun users type `-np N`, clap's short options are one letter: rewrites `-np` among the
+/// options of `tigon run` (`args` after the subcommand) to `--np`, stopping at the program.
+pub fn mpirun_style(args: &mut [std::ffi::OsString]) {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].to_string_lossy().into_owned();
+        if a == "--" || !a.starts_with('-') {
+            break;
+        }
+        if a == "-np" {
+            args[i] = "--np".into();
+        }
+        i += if VALUE_OPTS.contains(&a.as_str()) {
+            2
+        } else {
+            1
+        };
+    }
 }
 
 /// Ranks of node `i` when `np` ranks are spread over `nodes` in blocks.
@@ -46,7 +95,43 @@ pub fn ranks_on(i: usize, np: usize, nodes: usize) -> usize {
     np / nodes + usize::from(i < np % nodes)
 }
 
-/// The `mpirun` command running `program` with the MTL over `cluster`.
+/// The program as mpirun will start it: a path with a `/`, or a command on PATH, that exists
+/// and is executable; said here, before any node starts, rather than by every rank.
+pub fn check_program(program: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.is_file()
+            && p.metadata()
+                .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        if !p.exists() {
+            return Err(format!(
+                "program `{program}` not found: no such file (check the path, or build it first)"
+            ));
+        }
+        if !executable(&p) {
+            return Err(format!(
+                "program `{program}` is not an executable file (chmod +x {program})"
+            ));
+        }
+        return Ok(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| {
+            format!(
+                "program `{program}` not found on PATH (a program in this directory is ./{program})"
+            )
+        })
+}
+
+/// The `mpirun` command running `program` with the MTL over `cluster`. mpirun dies with this
+/// process; each rank is started through `tigon rank-exec`, which dies with mpirun and pins
+/// the rank off its agent's core.
 pub fn mpirun_command(
     cluster: &Cluster,
     np: usize,
@@ -56,6 +141,7 @@ pub fn mpirun_command(
     let dir = mtl_dir(&cluster.dir).ok_or(
         "mca_mtl_tigon.so not found (build it with `make build`, or set TIGON_MTL_DIR to the directory holding it)",
     )?;
+    let exe = std::env::current_exe().map_err(|e| format!("locating tigon: {e}"))?;
     let mut cmd = Command::new("mpirun");
     cmd.args([
         "--allow-run-as-root",
@@ -80,19 +166,25 @@ pub fn mpirun_command(
         }
         first = false;
         cmd.args(["-np", &k.to_string(), "-x"])
-            .arg(format!("TIGON_SOCKET={}", node.socket.display()));
+            .arg(format!("TIGON_SOCKET={}", node.socket.display()))
+            .arg(&exe)
+            .arg("rank-exec")
+            .args(["--owner", &std::process::id().to_string()]);
         // Keep a node's ranks off its own agent's core, as on a real node: a rank that
         // shares it is preempted by its engine on every request it makes (measured here:
         // an 8-byte MPI_Isend 18 us on the same core, 3.3 us on the other one).
         if let Some(cpus) = cpus_except(node.lcore) {
-            cmd.args(["taskset", "-c", &cpus]);
+            cmd.args(["--cpus", &cpus]);
         }
-        cmd.args(program);
+        cmd.arg("--").args(program);
     }
+    // mpirun gets SIGTERM when this process dies (it then stops its ranks and removes its
+    // session directory).
+    tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
     Ok(cmd)
 }
 
-/// This machine's CPUs but `lcore`, as a taskset list; None on a single CPU or with
+/// This machine's CPUs but `lcore`, as a list (`0,2,3`); None on a single CPU or with
 /// TIGON_RUN_PIN=0.
 fn cpus_except(lcore: usize) -> Option<String> {
     if std::env::var_os("TIGON_RUN_PIN").is_some_and(|v| v == "0") {
@@ -106,51 +198,125 @@ fn cpus_except(lcore: usize) -> Option<String> {
     (!others.is_empty()).then(|| others.join(","))
 }
 
-/// Processes descended from `pid` (through /proc/PID/task/TID/children).
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            for k in kids
-                .split_whitespace()
-                .filter_map(|k| k.parse::<u32>().ok())
-            {
-                out.push(k);
-                todo.push(k);
-            }
-        }
-    }
-    out
+/// `tigon rank-exec`: how mpirun starts each rank of `tigon run`.
+#[derive(Args, Debug)]
+pub struct RankExecArgs {
+    /// The `tigon run` that launched the job: when the rank's parent is this process, its
+    /// mpirun died before the rank started (the orphan was adopted), and the rank does not
+    /// start.
+    #[arg(long)]
+    pub owner: Option<u32>,
+    /// CPUs the rank may run on (comma-separated).
+    #[arg(long)]
+    pub cpus: Option<String>,
+    /// The program and its arguments.
+    #[arg(required = true, num_args = 1.., last = true)]
+    pub program: Vec<String>,
 }
 
-fn kill(sig: &str, pids: &[u32]) {
-    if pids.is_empty() {
-        return;
+/// Asks for SIGKILL when mpirun dies, restricts the CPUs, and becomes the rank's program.
+/// Returns only on failure.
+pub fn rank_exec(a: RankExecArgs) -> Result<(), String> {
+    tigon_shm::process::set_parent_death_signal(libc::SIGKILL)
+        .map_err(|e| format!("rank-exec: parent-death signal: {e}"))?;
+    let parent = tigon_shm::process::parent_pid();
+    if parent == 1 || Some(parent) == a.owner {
+        return Err("rank-exec: mpirun is gone; not starting the rank".into());
     }
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .args(pids.iter().map(u32::to_string))
-        .stderr(std::process::Stdio::null())
-        .status();
+    if let Some(list) = &a.cpus {
+        let cpus: Vec<usize> = list
+            .split(',')
+            .map(|c| c.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("rank-exec --cpus {list}: CPU numbers, comma-separated"))?;
+        tigon_shm::process::set_affinity(&cpus)
+            .map_err(|e| format!("rank-exec --cpus {list}: {e}"))?;
+    }
+    let err = Command::new(&a.program[0]).args(&a.program[1..]).exec();
+    Err(format!("cannot start `{}`: {err}", a.program[0]))
 }
 
 /// Exit code for a child's status: its code, or 128 + the signal that ended it.
-fn exit_code(st: std::process::ExitStatus) -> i32 {
+fn exit_code(st: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     st.code()
         .unwrap_or_else(|| 128 + st.signal().unwrap_or(libc::SIGTERM))
 }
 
-pub fn run(a: RunArgs) -> Result<i32, String> {
-    if a.np == 0 {
-        return Err("-np must be at least 1".into());
+/// Children of this process, read from /proc (this process is a subreaper: orphaned ranks
+/// are among them).
+fn children() -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Kills and reaps the children of this process that are not in `keep` (ranks whose mpirun
+/// is gone), waiting up to a few seconds for them.
+pub fn reap_orphans(keep: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<u32> = children()
+            .into_iter()
+            .filter(|p| !keep.contains(p))
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        for &p in &left {
+            tigon_shm::process::signal(p, libc::SIGKILL);
+            tigon_shm::process::try_reap(p);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Waits for a job's mpirun. On Ctrl-C / SIGTERM (the flag of `tigon_shm::signals`) it gives
+/// mpirun SIGTERM and 5 s to stop its ranks, then SIGKILL. Then kills and reaps any rank left
+/// (children of this process but `keep`, the agents). Returns mpirun's status.
+pub fn wait_job(child: &mut Child, keep: &[u32]) -> Result<ExitStatus, String> {
+    let mut stop_at: Option<Instant> = None;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break st;
+        }
+        if tigon_shm::signals::terminating() {
+            match stop_at {
+                None => {
+                    tigon_shm::process::signal(child.id(), libc::SIGTERM);
+                    stop_at = Some(Instant::now());
+                }
+                Some(t) if t.elapsed() > Duration::from_secs(5) => {
+                    let _ = child.kill();
+                }
+                _ => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    reap_orphans(keep);
+    Ok(status)
+}
+
+/// Sets up a launcher: signal flags for Ctrl-C / SIGTERM and the adoption of orphans.
+pub fn launcher_setup() -> Result<(), String> {
     tigon_shm::signals::install().map_err(|e| e.to_string())?;
+    tigon_shm::process::set_child_subreaper().map_err(|e| format!("PR_SET_CHILD_SUBREAPER: {e}"))
+}
+
+pub fn run(a: RunArgs) -> Result<i32, String> {
+    check_program(&a.program[0])?;
+    launcher_setup()?;
     let opts = ClusterOpts {
         nodes: a.nodes,
         fabric: a.fabric,
@@ -169,29 +335,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting mpirun: {e} (install openmpi-bin)"))?;
-    // Wait for the job; on Ctrl-C / SIGTERM give mpirun a moment to stop its ranks, then kill
-    // it and whatever it started (ranks it left behind would spin against stopped agents).
-    let mut stop_at: Option<Instant> = None;
-    let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            break st;
-        }
-        if tigon_shm::signals::terminating() {
-            match stop_at {
-                None => {
-                    kill("TERM", &[child.id()]);
-                    stop_at = Some(Instant::now());
-                }
-                Some(t) if t.elapsed() > Duration::from_secs(5) => {
-                    let mut all = descendants(child.id());
-                    all.push(child.id());
-                    kill("KILL", &all);
-                }
-                _ => {}
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_job(&mut child, &cluster.agent_pids())?;
     if a.stats {
         for (i, n) in cluster.nodes.iter().enumerate() {
             match tigon_client::agent_stats(&n.socket) {
@@ -213,4 +357,53 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
 }
 
 /// Exit code of a job stopped by Ctrl-C / SIGTERM (the shell's 128 + SIGINT).
-const INTERRUPTED: i32 = 130;
+pub const INTERRUPTED: i32 = 130;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(words: &[&str]) -> Vec<String> {
+        let mut v: Vec<std::ffi::OsString> = words.iter().map(Into::into).collect();
+        mpirun_style(&mut v);
+        v.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn np_is_rewritten_among_options_only() {
+        assert_eq!(rewrite(&["-np", "2", "./p"]), ["--np", "2", "./p"]);
+        assert_eq!(
+            rewrite(&["--nodes", "3", "-np", "4", "--", "./p", "-np", "1"]),
+            ["--nodes", "3", "--np", "4", "--", "./p", "-np", "1"]
+        );
+        // The program's own -np stays, with or without `--`.
+        assert_eq!(
+            rewrite(&["--stats", "./p", "-np", "1"]),
+            ["--stats", "./p", "-np", "1"]
+        );
+        assert_eq!(
+            rewrite(&["--mpirun-arg", "-np", "-np", "2", "p"]),
+            ["--mpirun-arg", "-np", "--np", "2", "p"]
+        );
+    }
+
+    #[test]
+    fn missing_programs_are_named() {
+        let e = check_program("./surely-not-here-18").unwrap_err();
+        assert!(e.contains("`./surely-not-here-18` not found"), "{e}");
+        let e = check_program("surely-not-on-path-18").unwrap_err();
+        assert!(e.contains("not found on PATH"), "{e}");
+        let plain = std::env::temp_dir().join(format!("tigon-not-exec-{}", std::process::id()));
+        std::fs::write(&plain, b"#!/bin/sh\n").expect("write");
+        let e = check_program(plain.to_str().unwrap()).unwrap_err();
+        let _ = std::fs::remove_file(&plain);
+        assert!(e.contains("not an executable"), "{e}");
+        assert!(check_program("true").is_ok());
+    }
+
+    #[test]
+    fn ranks_spread_in_blocks() {
+        let v: Vec<usize> = (0..3).map(|i| ranks_on(i, 7, 3)).collect();
+        assert_eq!(v, [3, 2, 2]);
+    }
+}

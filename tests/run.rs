@@ -9,45 +9,12 @@
 
 mod common;
 
+use common::mpi::{check_mtl_built, descendants_running, leftovers, program, running, tag};
 use common::{TIGON, eventually, num};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// An MPI test program built with mpicc: `ompi-mtl/tests/mpi/<name>.c`, or this crate's
-/// `tests/mpi/<name>.c`.
-fn program(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let src = [root.join("tests/mpi"), root.join("ompi-mtl/tests/mpi")]
-        .into_iter()
-        .map(|d| d.join(format!("{name}.c")))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no source for MPI program {name}"));
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-mpi");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let out = dir.join(name);
-    // Built under a private name, then renamed: tests in other processes may build it too.
-    let tmp = dir.join(format!("{name}.{}", std::process::id()));
-    let st = Command::new("mpicc")
-        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .status()
-        .expect("running mpicc (apt-get install openmpi-bin libopenmpi-dev)");
-    assert!(st.success(), "mpicc {} failed", src.display());
-    std::fs::rename(&tmp, &out).expect("rename");
-    out
-}
-
-fn check_mtl_built() {
-    let so = Path::new(TIGON).with_file_name("libmca_mtl_tigon.so");
-    assert!(
-        so.exists(),
-        "{} missing: build the MTL first (cargo build -p tigon-ompi-mtl; make test does)",
-        so.display()
-    );
-}
 
 /// A running `tigon run`, its output going to files (no pipe to fill up).
 struct Job {
@@ -214,87 +181,14 @@ fn signal(sig: &str, pid: u32) {
         .status();
 }
 
-fn sh(cmd: &str, args: &[&str]) -> String {
-    let o = Command::new(cmd)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The tag of the first cluster a `tigon run` with this pid creates: its namespaces,
-/// interfaces and scratch directory are named with it (tigon_pmd::testbed::unique_tag).
-fn tag(pid: u32) -> String {
-    format!("{:x}0", pid & 0xfffff)
-}
-
-/// What the `tigon run` with this pid left behind: namespaces, links, its scratch directory
-/// (agents' sockets and logs), processes started with paths in it (agents), and loss tables
-/// outside a namespace. Empty when it cleaned up.
-fn leftovers(pid: u32) -> Vec<String> {
-    let tag = tag(pid);
-    let mut left: Vec<String> = sh("ip", &["netns", "list"])
-        .lines()
-        .chain(sh("ip", &["-o", "link", "show"]).lines())
-        .filter(|l| l.contains(&tag))
-        .map(str::to_string)
-        .collect();
-    let dir = std::env::temp_dir().join(format!("tigon-run-{tag}"));
-    if dir.exists() {
-        left.push(format!("directory {}", dir.display()));
-    }
-    let pattern = format!("{}/", dir.display());
-    left.extend(
-        sh("pgrep", &["-af", &pattern])
-            .lines()
-            .map(|l| format!("process {l}")),
-    );
-    left.extend(
-        sh("nft", &["list", "tables"])
-            .lines()
-            .filter(|l| l.contains("tigon_loss"))
-            .map(|l| format!("root namespace nft {l}")),
-    );
-    left
-}
-
 fn assert_clean(e: &Ended) {
     let left = leftovers(e.pid);
     assert!(left.is_empty(), "left behind: {left:#?}\n{}", e.text());
 }
 
-/// Processes descended from `pid`.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
-                out.push(k);
-                todo.push(k);
-            }
-        }
-    }
-    out
-}
-
 /// The running ranks of `prog` under the `tigon run` with this pid.
 fn ranks(pid: u32, prog: &Path) -> Vec<u32> {
-    descendants(pid)
-        .into_iter()
-        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == prog))
-        .collect()
-}
-
-/// Whether `pid` still runs (a zombie does not: it only waits for its parent to reap it).
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, r)| r.starts_with(" Z")))
+    descendants_running(pid, prog)
 }
 
 /// Waits until `np` ranks of `prog` run under `job` and its first agent has carried
@@ -343,7 +237,13 @@ fn memif_jobs_and_exit_status() {
     for np in ["2", "4"] {
         let prog = program("p2p_basic");
         let p = prog.to_str().unwrap();
-        let e = tigon_run(&["--stats", "-np", np, "--", p], JOB);
+        // As with mpirun, the program may follow the options without `--`.
+        let args: &[&str] = if np == "2" {
+            &["--stats", "-np", np, "--", p]
+        } else {
+            &["--stats", "-np", np, p]
+        };
+        let e = tigon_run(args, JOB);
         e.assert_ok("p2p_basic");
         assert_traffic(&e, 2);
         assert_clean(&e);
@@ -365,6 +265,18 @@ fn memif_jobs_and_exit_status() {
         "{}",
         e.text()
     );
+    // So is a program that is not there, by its name (not as an error of a helper that was
+    // to start it), and nothing is left of the attempt.
+    let e = tigon_run(&["-np", "2", "./no-such-program-18"], JOB);
+    assert!(
+        e.status == Some(1)
+            && e.stderr
+                .contains("program `./no-such-program-18` not found")
+            && !e.stderr.contains("taskset"),
+        "{}",
+        e.text()
+    );
+    assert_clean(&e);
 }
 
 /// The programs over veth (af_packet agents in two namespaces), 2 to 4 ranks over 2 nodes,

@@ -11,14 +11,28 @@ use std::time::{Duration, Instant};
 
 use crate::frames::{RecvReport, SendReport};
 
-/// A short tag unique to this process and call (interface names are limited to 15 bytes).
+/// A short tag unique to this process and call, `PID-N` (interface names are limited to 15
+/// bytes): namespaces, interfaces and scratch directories named with it carry their owner's
+/// pid, so that a later sweep (`make clean-netns`, the next `tigon run`) removes only those
+/// whose owner is dead.
 pub fn unique_tag() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
-        "{:x}{:x}",
-        std::process::id() & 0xfffff,
+        "{}-{:x}",
+        std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// The owner's pid in a name that ends in a [`unique_tag`] after a few letters (`tgA1234-0`,
+/// `tva1234-1`, `1234-0`): the decimal digits after the letters, which a `-` must follow.
+pub fn tag_owner(name: &str) -> Option<u32> {
+    let rest = name.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+    let (pid, _) = rest.split_once('-')?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -220,6 +234,8 @@ fn spawn(s: &Stream, end: &Endpoint) -> Result<Guard, String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    // Killed with the process that runs the stream, even by SIGKILL (Guard covers the rest).
+    tigon_shm::process::die_with_parent(&mut cmd, libc::SIGKILL);
     cmd.spawn()
         .map(Guard)
         .map_err(|e| format!("starting {}: {e}", s.program.display()))
@@ -239,8 +255,16 @@ fn lines_of(child: &mut Guard) -> Result<mpsc::Receiver<String>, String> {
     Ok(rx)
 }
 
-fn wait_exit(child: &mut Guard, deadline: Instant, what: &str) -> Result<(), String> {
+fn wait_exit(
+    child: &mut Guard,
+    deadline: Instant,
+    what: &str,
+    stop: &dyn Fn() -> bool,
+) -> Result<(), String> {
     loop {
+        if stop() {
+            return Err(format!("{what}: interrupted"));
+        }
         match child.0.try_wait() {
             Ok(Some(st)) if st.success() => return Ok(()),
             Ok(Some(st)) => return Err(format!("{what} failed ({st}); see its stderr above")),
@@ -257,14 +281,25 @@ impl Stream {
     /// Starts the receiver, waits for its `READY`, runs the sender to completion, then
     /// collects both reports. Both processes are killed if anything fails.
     pub fn run(&self) -> Result<(RecvReport, SendReport), String> {
+        self.run_until(&|| false)
+    }
+
+    /// [`Stream::run`], given up (both processes killed) as soon as `stop` returns true, e.g.
+    /// on Ctrl-C.
+    pub fn run_until(&self, stop: &dyn Fn() -> bool) -> Result<(RecvReport, SendReport), String> {
         let deadline = Instant::now() + self.timeout;
         let mut recv = spawn(self, &self.receiver)?;
         let recv_lines = lines_of(&mut recv)?;
+        let ready_by = Instant::now() + Duration::from_secs(60);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match recv_lines.recv_timeout(left.min(Duration::from_secs(60))) {
+            if stop() {
+                return Err("interrupted".into());
+            }
+            match recv_lines.recv_timeout(Duration::from_millis(100)) {
                 Ok(l) if l.trim() == "READY" => break,
                 Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline.min(ready_by) => {
+                }
                 Err(_) => {
                     let st = recv.0.try_wait().ok().flatten();
                     return Err(format!(
@@ -280,13 +315,13 @@ impl Stream {
             let _ = send_out.read_to_string(&mut s);
             s
         });
-        wait_exit(&mut send, deadline, "sender")?;
+        wait_exit(&mut send, deadline, "sender", stop)?;
         let send_text = reader.join().unwrap_or_default();
         let sent = send_text
             .lines()
             .find_map(SendReport::parse)
             .ok_or_else(|| format!("sender printed no SENT line: {send_text:?}"))?;
-        wait_exit(&mut recv, deadline, "receiver")?;
+        wait_exit(&mut recv, deadline, "receiver", stop)?;
         // The reader thread ends at EOF; its last lines may still be on their way.
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -299,5 +334,24 @@ impl Stream {
                 Err(_) => return Err("receiver printed no RESULT line".into()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_name_their_owner() {
+        let t = unique_tag();
+        assert_eq!(tag_owner(&t), Some(std::process::id()));
+        assert_eq!(tag_owner(&format!("tgA{t}")), Some(std::process::id()));
+        assert_eq!(tag_owner("tgN1234-01"), Some(1234));
+        assert_eq!(tag_owner("tgAg77-0"), Some(77));
+        // Not a tag: hex digits after the pid, no dash, nothing before the dash.
+        assert_eq!(tag_owner("tgA1f30"), None);
+        assert_eq!(tag_owner("tgA12"), None);
+        assert_eq!(tag_owner("tgA-3"), None);
+        assert_eq!(tag_owner("tgA12x-3"), None);
     }
 }

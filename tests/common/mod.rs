@@ -6,6 +6,8 @@
 //! peers); the tests that start them form the `dpdk-pinned` nextest group (one at a time).
 #![allow(dead_code)]
 
+pub mod mpi;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

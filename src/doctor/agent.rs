@@ -1,0 +1,74 @@
+//! The running agent: does it answer on its socket, and what its counters say.
+
+use super::Check;
+use serde_json::Value;
+use std::path::Path;
+
+fn count(v: &Value, path: &[&str]) -> u64 {
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+pub(super) fn agent(socket: &Path, port: Option<&str>) -> Check {
+    let s = socket.display();
+    let start = cmds![
+        "systemctl start tigon-agent   # then: systemctl status tigon-agent; journalctl -u tigon-agent -n 50",
+        format!(
+            "# or by hand: tigon agent --port {} --socket {s}",
+            port.unwrap_or("<PCI address or devargs>")
+        ),
+    ];
+    let stats = match tigon_client::agent_stats(socket) {
+        Ok(v) => v,
+        Err(e) => {
+            let what = if !socket.exists() {
+                format!("no agent: nothing at {s}")
+            } else if e.contains("refused") {
+                format!(
+                    "no agent: {s} is left over from an agent that is gone (connection refused)"
+                )
+            } else if e.contains("ermission") {
+                let uid = std::fs::metadata("/proc/self")
+                    .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+                    .unwrap_or(0);
+                return Check::fail(
+                    "agent",
+                    format!("{s}: permission denied"),
+                    &cmds![format!(
+                        "# run as the agent's user, or let this uid attach: tigon agent --allow-uid {uid} ..."
+                    )],
+                );
+            } else {
+                format!("the agent at {s} does not answer: {e}")
+            };
+            return Check::fail("agent", what, &start);
+        }
+    };
+    let drops: u64 = stats
+        .get("drops")
+        .and_then(Value::as_object)
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+    let failed = count(&stats, &["messages", "failed"]);
+    let timeouts = count(&stats, &["peer_events", "timeouts"]);
+    let summary = format!(
+        "{s}: {} client(s), {} peer(s), {} frames rx / {} tx, {drops} dropped, {} retransmits, {failed} failed operation(s)",
+        count(&stats, &["clients"]),
+        count(&stats, &["peers"]),
+        count(&stats, &["frames", "rx"]),
+        count(&stats, &["frames", "tx"]),
+        count(&stats, &["retransmits"]),
+    );
+    if failed > 0 || timeouts > 0 {
+        return Check::warn(
+            "agent",
+            format!("{summary}, {timeouts} peer timeout(s)"),
+            &cmds![
+                format!("tigon stats --socket {s}   # peer_events, drops, port.imissed"),
+                "# unreachable peers: check the link (ip -s link, the switch's MTU) and that every node's agent runs",
+            ],
+        );
+    }
+    Check::ok("agent", summary)
+}
