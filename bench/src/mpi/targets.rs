@@ -1,0 +1,214 @@
+//! The targets: tigon against ob1/tcp, and tigon on its own.
+
+use super::options::{Transport, human_size};
+use super::summary::{AvailRow, TransportResult, find};
+use crate::report::Target;
+
+/// The smallest size both runs measured (at most 1 KiB): "small-message".
+fn small_size(a: &TransportResult, b: &TransportResult) -> Option<usize> {
+    a.logp
+        .iter()
+        .map(|r| r.size)
+        .filter(|s| *s <= 1024 && b.logp.iter().any(|x| x.size == *s))
+        .min()
+}
+
+/// The availability operating point: the polling factor with the best effective bandwidth.
+pub fn avail_at(r: &TransportResult, size: usize) -> Option<&AvailRow> {
+    r.availability
+        .iter()
+        .filter(|a| a.size == size)
+        .max_by(|a, b| a.effective_mb_s.total_cmp(&b.effective_mb_s))
+}
+
+/// Peak double-buffering rate as a fraction of min(producer, consumer), worst regime.
+pub fn dbuf_peak(r: &TransportResult) -> Option<(f64, String)> {
+    let mut worst: Option<(f64, String)> = None;
+    for regime in ["producer", "consumer"] {
+        let best = r
+            .double_buffering
+            .iter()
+            .filter(|d| d.regime == regime)
+            .max_by(|a, b| a.fraction.total_cmp(&b.fraction))?;
+        let s = format!(
+            "{regime}-bound: {:.0} MB/s of {:.0} at {} B",
+            best.rate_mb_s,
+            best.producer_mb_s.min(best.consumer_mb_s),
+            best.bsize
+        );
+        if worst.as_ref().is_none_or(|w| best.fraction < w.0) {
+            worst = Some((best.fraction, s));
+        }
+    }
+    worst
+}
+
+pub fn targets(rs: &[TransportResult]) -> Vec<Target> {
+    let (tg, tcp) = (find(rs, Transport::Tigon), find(rs, Transport::Tcp));
+    let both = tg.zip(tcp);
+    let mut v = Vec::new();
+
+    let small = both.and_then(|(a, b)| {
+        let s = small_size(a, b)?;
+        let x = a.logp.iter().find(|r| r.size == s)?;
+        let y = b.logp.iter().find(|r| r.size == s)?;
+        Some((s, x, y))
+    });
+    v.push(match small {
+        Some((s, x, y)) => Target::check(
+            "small-message latency <= 0.75x ob1/tcp",
+            Some(x.rtt_half.p50_us / y.rtt_half.p50_us),
+            0.75,
+            true,
+            format!(
+                "RTT/2 p50 at {s} B: {:.1} us vs {:.1} us ({:.2}x)",
+                x.rtt_half.p50_us,
+                y.rtt_half.p50_us,
+                x.rtt_half.p50_us / y.rtt_half.p50_us
+            ),
+        ),
+        None => Target::check(
+            "small-message latency <= 0.75x ob1/tcp",
+            None,
+            0.75,
+            true,
+            "needs tigon and tcp runs with a size <= 1 KiB".into(),
+        ),
+    });
+
+    let big = both.and_then(|(a, b)| {
+        let size = a
+            .bandwidth
+            .iter()
+            .filter(|r| r.uni_mb_s.is_some() && b.bandwidth.iter().any(|y| y.size == r.size))
+            .map(|r| r.size)
+            .max()?;
+        let x = a.bandwidth.iter().find(|r| r.size == size)?.uni_mb_s?;
+        let y = b.bandwidth.iter().find(|r| r.size == size)?.uni_mb_s?;
+        Some((size, x, y))
+    });
+    v.push(match big {
+        Some((size, x, y)) => Target::check(
+            "4 MiB bandwidth >= 1.2x ob1/tcp",
+            Some(x / y),
+            1.2,
+            false,
+            format!(
+                "unidirectional at {}: {x:.0} MB/s vs {y:.0} MB/s ({:.2}x)",
+                human_size(size),
+                x / y
+            ),
+        ),
+        None => Target::check(
+            "4 MiB bandwidth >= 1.2x ob1/tcp",
+            None,
+            1.2,
+            false,
+            "needs tigon and tcp bandwidth runs".into(),
+        ),
+    });
+
+    v.push(match small {
+        Some((s, x, y)) => {
+            let (a, b) = (x.o_s.p50_us + x.o_r.p50_us, y.o_s.p50_us + y.o_r.p50_us);
+            Target::check(
+                "o_s + o_r <= 0.2x ob1/tcp",
+                Some(a / b),
+                0.2,
+                true,
+                format!("p50 at {s} B: {a:.2} us vs {b:.2} us ({:.2}x)", a / b),
+            )
+        }
+        None => Target::check(
+            "o_s + o_r <= 0.2x ob1/tcp",
+            None,
+            0.2,
+            true,
+            "needs tigon and tcp LogP runs".into(),
+        ),
+    });
+
+    let av = tg.and_then(|a| avail_at(a, 1 << 20));
+    v.push(Target::check(
+        "availability >= 90% at 1 MiB",
+        av.map(|a| a.availability * 100.0),
+        90.0,
+        false,
+        av.map_or("needs a tigon availability run".into(), |a| {
+            format!(
+                "{:.0}% at polling factor {} ({:.0} us), {:.0} MB/s (the best effective bandwidth)",
+                a.availability * 100.0,
+                a.poll,
+                a.poll_us,
+                a.bandwidth_mb_s
+            )
+        }),
+    ));
+
+    let db = tg.and_then(dbuf_peak);
+    v.push(Target::check(
+        "double buffering >= 95% of min(producer, consumer)",
+        db.as_ref().map(|d| d.0 * 100.0),
+        95.0,
+        false,
+        db.map_or("needs a tigon double-buffering run".into(), |d| {
+            format!("{:.0}%, worst regime {}", d.0 * 100.0, d.1)
+        }),
+    ));
+
+    let emp = tg.and_then(|a| {
+        a.emp
+            .iter()
+            .max_by(|x, y| x.compute_us.total_cmp(&y.compute_us))
+    });
+    v.push(Target::check(
+        "Waitall <= 5 us per 10 kB message",
+        emp.map(|e| e.waitall_per_msg_us),
+        5.0,
+        true,
+        emp.map_or("needs a tigon EMP run".into(), |e| {
+            format!(
+                "{:.2} us (Waitall p50 {:.1} us / 5 messages, compute {:.0} us per batch)",
+                e.waitall_per_msg_us, e.waitall.p50_us, e.compute_us
+            )
+        }),
+    ));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mpi::summary::{BwRow, LogpRow, pct, summarize};
+
+    #[test]
+    fn targets_compare_tigon_with_tcp() {
+        let mk = |t, half: u64, bw: f64| TransportResult {
+            logp: vec![LogpRow {
+                size: 0,
+                rtt_half: pct(&[half]),
+                g_us: 1.0,
+                o_s: pct(&[1000]),
+                o_r: pct(&[1000]),
+                o_s_seed_us: None,
+                o_r_seed_us: None,
+                l_us: 0.0,
+            }],
+            bandwidth: vec![BwRow {
+                size: 4 << 20,
+                uni_mb_s: Some(bw),
+                pingpong_mb_s: None,
+                bidir_mb_s: None,
+            }],
+            ..summarize(t, String::new(), &[])
+        };
+        let ts = targets(&[
+            mk(Transport::Tigon, 5000, 1300.0),
+            mk(Transport::Tcp, 10000, 1000.0),
+        ]);
+        assert_eq!(ts[0].met, Some(true)); // 0.5x latency
+        assert_eq!(ts[1].met, Some(true)); // 1.3x bandwidth
+        assert_eq!(ts[2].met, Some(false)); // o_s + o_r equal
+        assert_eq!(ts[3].met, None); // no availability run
+    }
+}
