@@ -279,6 +279,29 @@ fn memif_jobs_and_exit_status() {
     assert_clean(&e);
 }
 
+/// An all-to-all (every rank sends 4 B, 64 KiB and 1 MiB to every other rank at once) at 12,
+/// 20 and 40 ranks over two nodes: each agent serves hundreds of peers at once (66 at 12
+/// ranks, 780 at 40), more than its store could give the old fixed 4 MiB grant (a 12-rank job
+/// used to hang for good). No timing is asserted: a hang fails by the job timeout.
+#[test]
+fn memif_alltoall_many_ranks() {
+    let prog = program("alltoall");
+    let p = prog.to_str().unwrap();
+    for np in ["12", "20", "40"] {
+        let e = tigon_run(
+            &["--stats", "-np", np, "--", p, "4", "65536", "1048576"],
+            JOB,
+        );
+        e.assert_ok("alltoall");
+        assert_traffic(&e, 2);
+        for (i, s) in e.stats().iter().enumerate() {
+            assert_eq!(num(s, "/peer_events/timeouts"), 0, "agent {i}: {s}");
+        }
+        assert_clean(&e);
+        eprintln!("memif alltoall -np {np}: {:.1?}", e.elapsed);
+    }
+}
+
 /// The programs over veth (af_packet agents in two namespaces), 2 to 4 ranks over 2 nodes,
 /// then 3 ranks over 3 nodes on a bridge.
 #[test]

@@ -14,12 +14,24 @@ pub struct Config {
     pub pull_outstanding: usize,
     /// Sequenced frames in flight per peer (and the receiver's reorder window).
     pub window: u32,
-    /// Eager bytes (plus 64 per message) granted to each peer in the unexpected store.
+    /// Eager bytes (plus 64 per message) a peer may hold in the unexpected store at most. A
+    /// peer starts with `eager_credit_initial`; its grant doubles up to this bound while it
+    /// sends eager-sized messages without credit. Without credit a message goes by
+    /// rendezvous, which needs none: a sender never waits for credit.
     pub eager_credit: u32,
+    /// Eager credit granted at connect (while the store has it to give).
+    pub eager_credit_initial: u32,
+    /// When the store's grants are exhausted, peers that sent no eager message for this long
+    /// are asked to give their credit back.
+    pub credit_idle_ns: u64,
     /// Bytes of the unexpected store, shared by all peers' grants.
     pub unexpected_bytes: u64,
-    /// Unexpected messages held at most; past it, the stream from the sender stalls (it retransmits).
+    /// Unexpected eager messages held at most; past it, the stream from the sender stalls (it
+    /// retransmits).
     pub unexpected_count: usize,
+    /// Unexpected rendezvous requests (RTS, header only, no credit needed) held at most; past
+    /// it, the stream from the sender stalls.
+    pub unexpected_rts: usize,
     /// A received frame is acknowledged within this delay, sooner if `ack_every` frames wait.
     pub ack_delay_ns: u64,
     pub ack_every: u32,
@@ -42,8 +54,11 @@ impl Default for Config {
             pull_outstanding: 4,
             window: 1024,
             eager_credit: 4 << 20,
+            eager_credit_initial: 128 << 10,
+            credit_idle_ns: 100_000_000,
             unexpected_bytes: 256 << 20,
             unexpected_count: 1 << 16,
+            unexpected_rts: 1 << 20,
             ack_delay_ns: 20_000,
             ack_every: 16,
             rto_min_ns: 200_000,

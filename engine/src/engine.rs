@@ -304,6 +304,15 @@ struct Peer<F> {
     rto_backoff: u32,
     connect_ack_owed: bool,
     last_rx: u64,
+    /// In the engine's `active` list (so marking is O(1)).
+    in_active: bool,
+    /// When this side last received the first frame of an eager message from the peer: credit
+    /// of peers quiet for `credit_idle_ns` may be asked back.
+    last_eager_rx: u64,
+    /// A request to give credit back is on its way; no second one until it is answered.
+    reclaiming: bool,
+    /// The connect-time grant has been taken from the store (once per session).
+    granted: bool,
 }
 
 impl<F> Peer<F> {
@@ -345,6 +354,10 @@ impl<F> Peer<F> {
             rto_backoff: 0,
             connect_ack_owed: false,
             last_rx: 0,
+            in_active: false,
+            last_eager_rx: 0,
+            reclaiming: false,
+            granted: false,
         }
     }
 
@@ -376,7 +389,7 @@ fn eager_cost(len: u64) -> u32 {
 /// Frames resent when the retransmit timer fires.
 const RTO_BURST: usize = 8;
 
-/// Credit an unexpected message's header costs (all an RTS costs): bounds the store's count.
+/// Credit an eager message costs beyond its bytes: the store's per-message overhead.
 const RTS_COST: u32 = 64;
 
 /// The protocol engine for one node: any number of local endpoints over one link.
@@ -391,7 +404,12 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     unex: HashMap<u64, Unexp>,
     next_unex: u64,
     unex_bytes: u64,
+    /// Unexpected RTSs held (bounded apart from eager messages: they cost no credit).
+    unex_rts: usize,
     grants_total: u64,
+    /// A peer asked for more eager credit than the store had left: reclaim from idle peers at
+    /// the next timer pass.
+    credit_pressure: bool,
     mprobed: HashMap<u64, u64>,
     copy: C,
     /// Copies in submission order: the receive they belong to, and whether finished.
@@ -433,7 +451,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             unex: HashMap::default(),
             next_unex: 1,
             unex_bytes: 0,
+            unex_rts: 0,
             grants_total: 0,
+            credit_pressure: false,
             mprobed: HashMap::default(),
             copy,
             copy_fifo: VecDeque::new(),
@@ -644,7 +664,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     fn mark_active(&mut self, p: usize) {
-        if !self.active.contains(&p) {
+        let peer = &mut self.peers[p];
+        if !peer.in_active {
+            peer.in_active = true;
             self.active.push(p);
         }
     }
@@ -690,6 +712,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.credit_released = 0;
         self.grants_total -= peer.grant_given as u64;
         peer.grant_given = 0;
+        peer.reclaiming = false;
+        peer.granted = false;
         if let Some(u) = in_store {
             // A half-arrived unexpected message from the dead incarnation: drop it, and fail
             // whoever had claimed it.
@@ -714,6 +738,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn drop_unexp(&mut self, u: u64) {
         if let Some(x) = self.unex.remove(&u) {
             self.unex_bytes -= x.data.capacity() as u64;
+            self.unex_rts -= usize::from(x.rndv);
         }
     }
 
@@ -776,25 +801,20 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
-    /// Moves waiting sends onto the wire queue, in order, as far as the peer's credit allows:
-    /// a message waits here only when the receiver's store cannot take even its RTS.
+    /// Moves the sends that waited for the connection onto the wire queue, in order.
     fn flush_waiting(&mut self, p: usize) {
-        while let Some(&id) = self.peers[p].waiting.front() {
-            if self.req(id).is_some() && !self.queue_send(p, id) {
-                self.stats.credit_stalls += 1;
-                break;
-            }
-            self.peers[p].waiting.pop_front();
+        while let Some(id) = self.peers[p].waiting.pop_front() {
+            self.queue_send(p, id);
         }
     }
 
-    /// Expands a send into frames on the peer's queue, choosing eager or rendezvous.
-    /// `false`: not enough credit for either.
-    fn queue_send(&mut self, p: usize, id: ReqId) -> bool {
+    /// Expands a send into frames on the peer's queue: eager while the peer's credit covers
+    /// it, rendezvous otherwise.
+    fn queue_send(&mut self, p: usize, id: ReqId) {
         let rndv_threshold = self.cfg.rndv_threshold as u64;
         let (frag, avail) = (self.peers[p].frag, self.peers[p].credit_avail());
         let Some(s) = self.send_mut(id) else {
-            return true;
+            return;
         };
         let len = s.buf.len;
         let flags = if s.sync { wire::FLAG_SYNC } else { 0 };
@@ -832,20 +852,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 });
             }
             self.stats.eager_sent += 1;
-        } else if RTS_COST <= avail {
+        } else {
+            // Rendezvous needs no credit: the receiver stores only the RTS's header (bounded
+            // by its count limit) and pulls the data into the posted buffer.
             s.rndv = true;
-            let peer = &mut self.peers[p];
-            peer.credit_used = peer.credit_used.wrapping_add(RTS_COST);
-            peer.pending.push_back(TxDesc {
+            let mut flags = base.flags;
+            if len <= rndv_threshold {
+                flags |= wire::FLAG_NO_CREDIT;
+                self.stats.credit_fallbacks += 1;
+            }
+            self.peers[p].pending.push_back(TxDesc {
                 kind: Kind::Rts,
+                flags,
                 ..base
             });
             self.stats.rndv_sent += 1;
-        } else {
-            s.queued = false;
-            return false;
         }
-        true
     }
 
     /// Posts a receive into `buf` for messages matching `spec`.
@@ -1050,7 +1072,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     fn start_pull(&mut self, p: usize, msg_id: u32, id: ReqId, total: u64) {
-        self.release_credit(p, RTS_COST, false, msg_id);
         let Some(r) = self.recv_mut(id) else { return };
         let want = total.min(r.buf.len);
         r.state = RecvState::Pulling {
@@ -1165,13 +1186,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mut work = 0;
         let mut rx = std::mem::take(&mut self.rx);
         link.rx_burst(&mut rx, self.cfg.burst);
+        // A full burst means more frames wait (acks among them, after a stall of this
+        // thread): timers wait until the receive queue is drained, or they would resend
+        // what has been acknowledged already.
+        let drained = rx.len() < self.cfg.burst;
         work += rx.len();
         for f in rx.drain(..) {
             self.on_frame(f, now);
         }
         self.rx = rx;
         work += self.transmit(link, now);
-        if now.wrapping_sub(self.last_timer_scan) >= self.cfg.rto_min_ns / 4 {
+        if drained && now.wrapping_sub(self.last_timer_scan) >= self.cfg.rto_min_ns / 4 {
             self.last_timer_scan = now;
             self.timers(now);
         }
@@ -1263,6 +1288,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 }
 
+/// What became of a descriptor handed to `emit_desc`.
+enum Emit {
+    Sent,
+    /// The link had no frame buffer: nothing happened, try again later.
+    NoBuffer,
+    /// Its operation failed or is gone: the frame is not sent.
+    Gone,
+}
+
 fn desc(kind: Kind, msg_id: u32) -> TxDesc {
     TxDesc {
         seq: 0,
@@ -1286,9 +1320,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     // ---- connection handshake -------------------------------------------------------------
 
     fn grant_for_new_peer(&mut self, p: usize) -> u32 {
-        if self.peers[p].grant_given == 0 {
+        if !self.peers[p].granted {
+            self.peers[p].granted = true;
             let left = self.cfg.unexpected_bytes.saturating_sub(self.grants_total);
-            let g = (self.cfg.eager_credit as u64).min(left) as u32;
+            let g = (self.initial_grant() as u64).min(left) as u32;
             self.peers[p].grant_given = g;
             self.grants_total += g as u64;
         }
@@ -1491,6 +1526,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         match r.kind.expect("parsed") {
             Kind::Eager => return self.on_eager(p, r, f),
             Kind::Rts => {
+                if r.flags & wire::FLAG_NO_CREDIT != 0 {
+                    self.grow_grant(p);
+                }
                 let ep = self.peers[p].ep;
                 let info = MsgInfo {
                     source: self.peers[p].addr,
@@ -1501,7 +1539,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 if let Some(id) = self.take_posted(ep, info) {
                     self.start_pull(p, r.msg_id, id, r.total);
                 } else {
-                    if self.unex.len() >= self.cfg.unexpected_count {
+                    if self.unex_rts >= self.cfg.unexpected_rts {
                         return false;
                     }
                     self.add_unexp(Unexp {
@@ -1598,9 +1636,90 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.try_finish_send(id);
                 }
             }
+            Kind::Grant if r.flags & wire::FLAG_RETURN != 0 => {
+                // Give back what is not in use (credit in flight stays ours until released).
+                let peer = &mut self.peers[p];
+                let back = (r.total.min(u32::MAX as u64) as u32).min(peer.credit_avail());
+                peer.credit_grant = peer.credit_grant.wrapping_sub(back);
+                peer.pending.push_back(TxDesc {
+                    total: back as u64,
+                    ..desc(Kind::GrantReturn, 0)
+                });
+                self.mark_active(p);
+            }
+            Kind::Grant => {
+                let peer = &mut self.peers[p];
+                peer.credit_grant = peer
+                    .credit_grant
+                    .wrapping_add(r.total.min(u32::MAX as u64) as u32);
+            }
+            Kind::GrantReturn => {
+                let peer = &mut self.peers[p];
+                let back = (r.total.min(u32::MAX as u64) as u32).min(peer.grant_given);
+                peer.grant_given -= back;
+                peer.reclaiming = false;
+                self.grants_total -= back as u64;
+            }
             Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset | Kind::Ping => {}
         }
         true
+    }
+
+    /// Peer `p` sent an eager-sized message by rendezvous for lack of credit: double its grant
+    /// (up to `eager_credit`) from what the store has left. When the store is exhausted, idle
+    /// peers are asked for theirs at the next timer pass.
+    fn grow_grant(&mut self, p: usize) {
+        let (initial, max) = (self.initial_grant(), self.cfg.eager_credit);
+        let given = self.peers[p].grant_given;
+        if given >= max || self.peers[p].reclaiming {
+            return;
+        }
+        let want = given.max(initial).min(max - given) as u64;
+        let left = self.cfg.unexpected_bytes.saturating_sub(self.grants_total);
+        if left < want {
+            self.credit_pressure = true;
+        }
+        let give = want.min(left) as u32;
+        if give == 0 {
+            return;
+        }
+        self.peers[p].grant_given += give;
+        self.grants_total += give as u64;
+        self.stats.credit_grants += 1;
+        self.peers[p].pending.push_back(TxDesc {
+            total: give as u64,
+            ..desc(Kind::Grant, 0)
+        });
+        self.mark_active(p);
+    }
+
+    fn initial_grant(&self) -> u32 {
+        self.cfg.eager_credit_initial.min(self.cfg.eager_credit)
+    }
+
+    /// The store's grants are exhausted: ask every peer that sent no eager message for
+    /// `credit_idle_ns` to give its credit back (it answers with what it is not using).
+    fn reclaim_idle_credit(&mut self, now: u64) {
+        self.credit_pressure = false;
+        let idle = self.cfg.credit_idle_ns;
+        for p in 0..self.peers.len() {
+            let peer = &mut self.peers[p];
+            if peer.state != PeerState::Connected
+                || peer.reclaiming
+                || peer.grant_given == 0
+                || now.saturating_sub(peer.last_eager_rx) < idle
+            {
+                continue;
+            }
+            peer.reclaiming = true;
+            peer.pending.push_back(TxDesc {
+                flags: wire::FLAG_RETURN,
+                total: peer.grant_given as u64,
+                ..desc(Kind::Grant, 0)
+            });
+            self.stats.credit_reclaims += 1;
+            self.mark_active(p);
+        }
     }
 
     fn take_posted(&mut self, ep: u16, info: MsgInfo) -> Option<ReqId> {
@@ -1623,6 +1742,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let u = self.next_unex;
         self.next_unex += 1;
         self.unex_bytes += x.data.capacity() as u64;
+        self.unex_rts += usize::from(x.rndv);
         self.stats.unexpected += 1;
         if let Some(e) = self.eps.get_mut(x.ep as usize).and_then(Option::as_mut) {
             e.unexpected.push_back(u);
@@ -1635,6 +1755,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn on_eager(&mut self, p: usize, r: Repr, f: L::Frame) -> bool {
         let sync = r.flags & wire::FLAG_SYNC != 0;
         if r.frag_index == 0 {
+            self.peers[p].last_eager_rx = self.now;
             let ep = self.peers[p].ep;
             let info = MsgInfo {
                 source: self.peers[p].addr,
@@ -1647,7 +1768,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 EagerTarget::Req(id)
             } else {
                 let cost = eager_cost(r.total);
-                if self.unex.len() >= self.cfg.unexpected_count
+                if self.unex.len() - self.unex_rts >= self.cfg.unexpected_count
                     || self.unex_bytes + r.total > self.cfg.unexpected_bytes
                 {
                     return false;
@@ -1849,6 +1970,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let active = std::mem::take(&mut self.active);
         let budget = self.cfg.burst * 2;
         for &p in &active {
+            self.peers[p].in_active = false;
             if self.tx.len() >= budget {
                 self.mark_active(p);
                 continue;
@@ -1962,13 +2084,35 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if d.acked {
                 continue;
             }
-            d.retries += 1;
-            d.last_sent = now;
             let d = *d;
-            self.stats.retransmits += 1;
-            if self.emit_desc(link, p, &d) {
-                sent += 1;
-                piggybacked = true;
+            match self.emit_desc(link, p, &d) {
+                Emit::Sent => {
+                    if let Some(x) = self.peers[p].unacked.get_mut(i) {
+                        x.retries += 1;
+                        x.last_sent = now;
+                    }
+                    self.stats.retransmits += 1;
+                    sent += 1;
+                    piggybacked = true;
+                }
+                Emit::NoBuffer => {
+                    // Out of frames: try again next pass, nothing counted as sent.
+                    self.peers[p].resend.push_front(seq);
+                    break;
+                }
+                Emit::Gone => {
+                    // Its operation failed after the frame went out: the receiver still needs
+                    // the sequence number, so it becomes a no-op frame.
+                    if let Some(x) = self.peers[p].unacked.get_mut(i) {
+                        *x = TxDesc {
+                            seq,
+                            first_sent: x.first_sent,
+                            last_sent: x.last_sent,
+                            ..desc(Kind::Ping, 0)
+                        };
+                    }
+                    self.peers[p].resend.push_front(seq);
+                }
             }
         }
         let limit = self.cfg.window.min(self.peers[p].remote_window) as usize;
@@ -1981,15 +2125,25 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             {
                 continue; // its operation failed meanwhile
             }
-            let peer = &mut self.peers[p];
-            d.seq = peer.next_seq;
-            peer.next_seq = peer.next_seq.wrapping_add(1);
+            d.seq = self.peers[p].next_seq;
             d.first_sent = now;
             d.last_sent = now;
-            peer.unacked.push_back(d);
-            if self.emit_desc(link, p, &d) {
-                sent += 1;
-                piggybacked = true;
+            // The sequence number is taken only once the frame is built: a frame that finds
+            // no buffer must not leave a hole that the receiver would buffer everything
+            // behind (holding the very buffers the sender is short of).
+            match self.emit_desc(link, p, &d) {
+                Emit::Sent => {
+                    let peer = &mut self.peers[p];
+                    peer.next_seq = peer.next_seq.wrapping_add(1);
+                    peer.unacked.push_back(d);
+                    sent += 1;
+                    piggybacked = true;
+                }
+                Emit::NoBuffer => {
+                    self.peers[p].pending.push_front(d);
+                    break;
+                }
+                Emit::Gone => {}
             }
         }
         let peer = &mut self.peers[p];
@@ -2031,7 +2185,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Builds the frame a sequenced descriptor stands for.
-    fn emit_desc(&mut self, link: &mut L, p: usize, d: &TxDesc) -> bool {
+    fn emit_desc(&mut self, link: &mut L, p: usize, d: &TxDesc) -> Emit {
         let mut h = self.header(p, d.kind);
         h.flags = d.flags;
         h.seq = d.seq;
@@ -2054,12 +2208,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 src = Some(s.buf);
             }
         } else if d.req.is_some() {
-            return false;
+            return Emit::Gone;
         }
         let len = wire::OVERHEAD + h.length as usize;
         let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
             self.stats.tx_no_buffers += 1;
-            return false;
+            return Emit::NoBuffer;
         };
         let b = buf.as_mut();
         h.emit(b);
@@ -2069,12 +2223,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if let Some(id) = d.req {
                 self.finish(id, Err(Error::Copy(e.0)));
             }
-            return false;
+            return Emit::Gone;
         }
         Frame::new_unchecked(buf.as_mut()).fill_checksum();
         self.stats.tx_bytes += len as u64;
         self.tx.push(buf);
-        true
+        Emit::Sent
     }
 
     /// Emits an unsequenced frame (connect, ack, reset).
@@ -2098,6 +2252,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     // ---- timers ---------------------------------------------------------------------------
 
     fn timers(&mut self, now: u64) {
+        if self.credit_pressure {
+            self.reclaim_idle_credit(now);
+        }
         let timeout = self.cfg.peer_timeout_ns;
         for p in 0..self.peers.len() {
             let peer = &mut self.peers[p];
@@ -2213,6 +2370,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Operations still in flight (sends, receives) — for idle decisions and tests.
     pub fn pending_ops(&self) -> usize {
         self.reqs.iter().filter(|(_, r)| r.is_some()).count()
+    }
+
+    /// Bytes of the unexpected store granted to peers as eager credit right now.
+    pub fn credit_granted_bytes(&self) -> u64 {
+        self.grants_total
     }
 
     /// Bytes held by unexpected messages right now.

@@ -12,7 +12,8 @@ pub trait Link {
     /// A frame being built for transmission.
     type TxBuf: AsRef<[u8]> + AsMut<[u8]>;
 
-    /// Appends up to `max` received frames to `out`.
+    /// Appends received frames to `out`: up to `max` per source the link reads from (a
+    /// link with a loopback for its own frames may give up to `max` of each).
     fn rx_burst(&mut self, out: &mut Vec<Self::Frame>, max: usize);
     /// A transmit buffer of exactly `len` bytes, or `None` when out of buffers (backpressure).
     fn alloc_tx(&mut self, len: usize) -> Option<Self::TxBuf>;

@@ -26,8 +26,11 @@ pub struct Stats {
     pub drop_stale: u64,
     pub drop_unknown_msg: u64,
     pub tx_no_buffers: u64,
-    /// Sends held back because the receiver's store had no credit left for them.
-    pub credit_stalls: u64,
+    /// Eager-sized sends that went by rendezvous because the peer's eager credit was short.
+    pub credit_fallbacks: u64,
+    /// Grants of more eager credit sent to peers, and requests to give credit back.
+    pub credit_grants: u64,
+    pub credit_reclaims: u64,
     pub tx_backpressure: u64,
     pub peer_restarts: u64,
     pub peer_timeouts: u64,

@@ -127,6 +127,11 @@ pub enum Kind {
     Reset = 10,
     /// Keepalive while operations wait on a silent peer; acknowledged like any sequenced frame.
     Ping = 11,
+    /// Receiver → sender: `total` more bytes of eager credit; with [`FLAG_RETURN`], a request
+    /// to give back up to `total` bytes of unused credit.
+    Grant = 12,
+    /// Sender → receiver: `total` bytes of eager credit given back (answers a returning Grant).
+    GrantReturn = 13,
 }
 
 impl Kind {
@@ -143,6 +148,8 @@ impl Kind {
             9 => Kind::Ack,
             10 => Kind::Reset,
             11 => Kind::Ping,
+            12 => Kind::Grant,
+            13 => Kind::GrantReturn,
             _ => return None,
         })
     }
@@ -158,6 +165,11 @@ impl Kind {
 
 /// Header flag: the sender wants to know when the message is matched (MPI_Ssend).
 pub const FLAG_SYNC: u16 = 1 << 0;
+/// Header flag on an RTS: the message was small enough for eager, but the sender lacked the
+/// credit (the receiver may grant more).
+pub const FLAG_NO_CREDIT: u16 = 1 << 1;
+/// Header flag on a Grant: give credit back instead of taking more.
+pub const FLAG_RETURN: u16 = 1 << 2;
 
 mod field {
     use core::ops::Range;

@@ -5,6 +5,9 @@ use std::collections::VecDeque;
 use tigon_engine::{Link, MacAddr};
 use tigon_pmd::{Mbuf, Mempool, Port};
 
+/// Frames queued on the loopback at most: each holds a tx buffer until the engine reads it.
+const LOOPBACK_RING: usize = 512;
+
 /// A received frame: the mbuf itself when it is one segment, else its bytes gathered.
 pub enum RxFrame {
     Mbuf(Mbuf),
@@ -74,17 +77,16 @@ impl Link for PortLink {
     type TxBuf = TxFrame;
 
     fn rx_burst(&mut self, out: &mut Vec<RxFrame>, max: usize) {
-        while out.len() < max {
+        // Up to `max` frames from each source: the loopback (frames this node sent itself)
+        // must not starve the port, nor the port the loopback, whose frames hold tx buffers.
+        let start = out.len();
+        while out.len() - start < max {
             match self.loopback.pop_front() {
                 Some(f) => out.push(f),
                 None => break,
             }
         }
-        let room = max.saturating_sub(out.len());
-        if room == 0 {
-            return;
-        }
-        self.port.rx_burst(0, &mut self.rx, room);
+        self.port.rx_burst(0, &mut self.rx, max);
         for m in self.rx.drain(..) {
             if m.nb_segs() == 1 {
                 out.push(RxFrame::Mbuf(m));
@@ -114,16 +116,22 @@ impl Link for PortLink {
     }
 
     fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) {
+        let mut refused = Vec::new();
         for f in frames.drain(..) {
-            if f.0.data().get(..6) == Some(&self.mac.0[..]) {
+            if f.0.data().get(..6) != Some(&self.mac.0[..]) {
+                self.tx.push(f.0);
+            } else if self.loopback.len() < LOOPBACK_RING && refused.is_empty() {
                 self.stats.loopback_frames += 1;
                 self.loopback.push_back(RxFrame::Mbuf(f.0));
             } else {
-                self.tx.push(f.0);
+                // A full loopback ring pushes back like a full driver ring (and keeps its
+                // order: once one frame waits, the rest of this burst's loopback waits too).
+                refused.push(TxFrame(f.0));
             }
         }
         self.port.tx_burst(0, &mut self.tx);
         // What the driver did not take waits for the next burst, in order.
+        frames.extend(refused);
         frames.extend(self.tx.drain(..).map(TxFrame));
     }
 

@@ -61,7 +61,10 @@ pub fn json(
         "messages": {
             "sends": s.sends_completed, "recvs": s.recvs_completed, "failed": s.ops_failed, "eager": s.eager_sent,
             "rendezvous": s.rndv_sent, "unexpected": s.unexpected, "unexpected_bytes_peak": s.unexpected_bytes_peak,
-            "credit_stalls": s.credit_stalls,
+        },
+        "credit": {
+            "fallbacks": s.credit_fallbacks, "grants": s.credit_grants, "reclaims": s.credit_reclaims,
+            "granted_bytes": eng.credit_granted_bytes(),
         },
         "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts },
         "link": link.stats,
