@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use std::time::Duration;
 use tigon_bench::mpi::{self, Transport};
-use tigon_bench::{dma, engine, plot, report};
+use tigon_bench::{dma, engine, plot, report, scale};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -57,6 +57,16 @@ enum Which {
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
     },
+    /// One engine serving many peers (in-memory link): set-up time, memory per idle and
+    /// active peer, msgs/s with uniform and bursty traffic, latency through the loop.
+    Scale {
+        /// Peer counts to measure, ascending, each 1 ..= 65536.
+        #[arg(long, value_delimiter = ',', default_value = "2,1024,16384,65536")]
+        peers: Vec<usize>,
+        /// Messages per traffic phase.
+        #[arg(long, default_value_t = 200_000)]
+        messages: usize,
+    },
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
@@ -104,6 +114,41 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             let p = report::save_report(
                 &report::out_dir(),
                 "engine",
+                r.command.clone(),
+                env!("TIGON_GIT_REV"),
+                &targets,
+                &r,
+            )
+            .map_err(|e| format!("saving results: {e}"))?;
+            println!("json: {}", p.display());
+            Ok(())
+        }
+        Which::Scale { peers, messages } => {
+            if messages == 0 {
+                return Err("--messages 0: use at least 1".into());
+            }
+            let r = scale::run(&peers, messages)?;
+            println!("{}", scale::render(&r));
+            let idle = r.rows.last().map(|x| x.idle_peer_bytes);
+            let targets = [
+                report::Target::check(
+                    "msgs/s at the most peers >= 0.9 x at the fewest",
+                    Some(r.rate_ratio),
+                    0.9,
+                    false,
+                    format!("{:.2}", r.rate_ratio),
+                ),
+                report::Target::check(
+                    "idle peer <= 256 B",
+                    idle,
+                    256.0,
+                    true,
+                    format!("{:.0} B", idle.unwrap_or(0.0)),
+                ),
+            ];
+            let p = report::save_report(
+                &report::out_dir(),
+                "scale",
                 r.command.clone(),
                 env!("TIGON_GIT_REV"),
                 &targets,

@@ -6,3 +6,4 @@ pub mod engine;
 pub mod mpi;
 pub mod plot;
 pub mod report;
+pub mod scale;
