@@ -7,13 +7,14 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # Runs scripts/setup.sh and imports its environment (PATH, TIGON_NO_HUGE) into the recipe.
 SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
 
-.PHONY: help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns
+.PHONY: bench-instr help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns
 
 help:
 	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
 	@echo "make demo   - set up, build release, run 'tigon demo' (NetPIPE over tigon and over ob1/tcp)"
 	@echo "make bench  - set up, build release, run 'tigon bench mpi', 'bench dma', 'bench engine'"
 	@echo "              (BENCH_MPI_ARGS=--quick for a few minutes instead of ~15)"
+	@echo "make bench-instr - instructions per small message in the engine (callgrind)"
 	@echo "make setup  - only the machine set-up (idempotent)"
 	@echo "make build | release | nextest | clippy | fmt | fmt-check | doc-test | clean-netns"
 
@@ -33,6 +34,12 @@ demo:
 	@$(SETUP) && \
 	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
 	"$(CARGO_TARGET_DIR)/release/tigon" demo
+
+# Instructions per small message in the engine (callgrind; ~1 minute).
+bench-instr:
+	@$(SETUP) && \
+	$(CARGO) build -j$(JOBS) --release -q -p tigon && \
+	scripts/bench-instr.sh
 
 # All three benchmarks, even when one fails; results under $(CARGO_TARGET_DIR)/bench/.
 BENCH_MPI_ARGS ?=

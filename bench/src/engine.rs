@@ -22,6 +22,8 @@ pub struct Row {
     pub frames_per_s: f64,
     pub gbit_per_s: f64,
     pub retransmits: u64,
+    /// Frames received twice (a false retransmit, on this lossless link).
+    pub duplicates: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,9 +41,15 @@ fn clock(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64
 }
 
+/// Pins the calling thread to `core` when the machine has it: one side per core, as on a
+/// node where the engine owns its core. Says so when it cannot.
 fn pin(core: usize) {
-    // Best effort: one side per core when there are two; the OS decides otherwise.
-    let _ = core;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if core < cores
+        && let Err(e) = tigon_shm::process::set_affinity(&[core])
+    {
+        eprintln!("bench engine: cannot pin a thread to core {core}: {e}");
+    }
 }
 
 /// Sends `count` messages of `size` bytes from one engine to another, `depth` in flight.
@@ -138,6 +146,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         frames_per_s: frames as f64 / secs,
         gbit_per_s: (count as f64 * size as f64 * 8.0) / secs / 1e9,
         retransmits: e.stats.retransmits + rstats.retransmits,
+        duplicates: e.stats.rx_duplicates + rstats.rx_duplicates,
     }
 }
 
@@ -193,6 +202,7 @@ pub fn render(r: &Report) -> String {
                 report::si(x.frames_per_s),
                 format!("{:.2}", x.gbit_per_s),
                 x.retransmits.to_string(),
+                x.duplicates.to_string(),
             ]
         })
         .collect();
@@ -205,6 +215,7 @@ pub fn render(r: &Report) -> String {
             "frames/s",
             "Gbit/s",
             "retransmits",
+            "duplicates",
         ],
         &rows,
     );

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Instructions per small message in the engine, counted by callgrind (perf stat cannot count
+# instructions in these VMs). Runs `tigon bench scale --peers 1` (two engines polled by one
+# thread over the in-memory link, 8-byte messages) for N and 2N messages per traffic phase;
+# the difference cancels set-up and the fixed latency phase, leaving the cost of N messages x
+# 2 phases through both engines. Prints instructions per message per side, the functions
+# that cost the most, and writes target/bench/instr.json.
+#     scripts/bench-instr.sh [N]        (default N = 20000; `make bench-instr`)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-20000}
+case "$n" in '' | *[!0-9]*) echo "bench-instr: N must be a positive integer, not '$n'" >&2; exit 2 ;; esac
+target=${CARGO_TARGET_DIR:-target}
+tigon="$target/release/tigon"
+[ -x "$tigon" ] || { echo "bench-instr: $tigon missing (cargo build --release -p tigon)" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "bench-instr: valgrind missing (apt-get install valgrind)" >&2; exit 1; }
+out="$target/bench"
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+count() {
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" \
+        "$tigon" bench scale --peers 1 --messages "$1" >"$tmp/out.$1" 2>"$tmp/err.$1" ||
+        { cat "$tmp/err.$1" >&2; exit 1; }
+    awk '/^totals:/ {print $2}' "$tmp/cg.$1"
+}
+i1=$(count "$n")
+i2=$(count $((2 * n)))
+# Two traffic phases (uniform, hot) of N messages each; two engines.
+per_side=$(( (i2 - i1) / (2 * n) / 2 ))
+echo "instructions: $i1 for N=$n, $i2 for N=$((2 * n))"
+echo "per small message per side: $per_side (target <= 600)"
+echo
+echo "engine functions, inclusive instructions (N=$((2 * n)) per phase):"
+callgrind_annotate --inclusive=yes "$tmp/cg.$((2 * n))" 2>/dev/null |
+    grep -E '^ *[0-9,]+ .*tigon_engine' | grep -v '^ *[0-9,]* *([0-9.%]*) */' | head -20
+met=false
+[ "$per_side" -le 600 ] && met=true
+cat >"$out/instr.json" <<JSON
+{"bench": "instr", "command": "scripts/bench-instr.sh $n", "revision": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+ "targets": [{"name": "instructions per small message per side <= 600", "value": $per_side, "threshold": 600, "met": $met}],
+ "results": {"messages": $n, "instructions_n": $i1, "instructions_2n": $i2, "instr_per_msg_per_side": $per_side}}
+JSON
+echo
+echo "json: $out/instr.json"
