@@ -34,27 +34,27 @@ enum Which {
         /// LogP and bandwidth message sizes, e.g. 0,64,1K,64K,4M (default: the program's list).
         #[arg(long)]
         sizes: Option<String>,
-        /// Measurements to run, of logp,bw,avail,dbuf,emp.
-        #[arg(long)]
+        /// Measurements to run, of logp,bw,avail,dbuf,emp (comma-separated) [default: all].
+        #[arg(long, value_parser = parse_tests)]
         tests: Option<String>,
-        /// Wall time per measurement in ms (default 40 with --quick, else 250).
-        #[arg(long)]
+        /// Wall time per measurement in ms, at least 1 (default 40 with --quick, else 250).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         budget_ms: Option<u64>,
         /// Fabric between tigon's two emulated nodes.
         #[arg(long, value_enum, default_value_t = crate::fabric::FabricKind::Memif)]
         fabric: crate::fabric::FabricKind,
-        /// Give up on a transport when its program prints nothing for this long (s).
-        #[arg(long, default_value_t = 300)]
+        /// Give up on a transport when its program prints nothing for this long (s, at least 1).
+        #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
         stall_timeout: u64,
     },
     /// Messages and frames per second through the engine's poll loop over an in-memory link,
     /// one thread per side.
     Engine {
         /// MTU of the simulated link (1500 or 9000).
-        #[arg(long, default_value_t = 1500)]
-        mtu: usize,
-        /// Multiplies the message counts (use < 1 for a quick look).
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1500, value_parser = crate::cli::parse_mtu)]
+        mtu: u16,
+        /// Multiplies the message counts, above 0 (use < 1 for a quick look).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
         scale: f64,
     },
     /// One engine serving many peers (in-memory link): set-up time, memory per idle and
@@ -67,6 +67,30 @@ enum Which {
         #[arg(long, default_value_t = 200_000)]
         messages: usize,
     },
+}
+
+/// The measurements of `tigon bench mpi` (`bench/mpi/tigon_bench_mpi.c`'s `--tests`).
+const MPI_TESTS: &[&str] = &["logp", "bw", "avail", "dbuf", "emp"];
+
+/// `--tests`: a comma-separated subset of [`MPI_TESTS`] (the program would silently run none
+/// of a name it does not know).
+fn parse_tests(s: &str) -> Result<String, String> {
+    let names: Vec<&str> = s.split(',').map(str::trim).collect();
+    match names.iter().find(|n| !MPI_TESTS.contains(n)) {
+        Some(bad) => Err(format!(
+            "unknown measurement `{bad}`: use a comma-separated subset of {} (e.g. --tests logp,bw)",
+            MPI_TESTS.join(",")
+        )),
+        None => Ok(names.join(",")),
+    }
+}
+
+/// `--scale`: a positive factor.
+fn parse_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1000.0 => Ok(v),
+        _ => Err("a factor above 0, at most 1000 (e.g. --scale 0.1 for a quick look)".into()),
+    }
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
@@ -99,10 +123,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             Ok(())
         }
         Which::Engine { mtu, scale } => {
-            if mtu != 1500 && mtu != 9000 {
-                return Err(format!("--mtu {mtu}: use 1500 or 9000"));
-            }
-            let r = engine::run(mtu, scale);
+            let r = engine::run(mtu as usize, scale);
             println!("{}", engine::render(&r));
             let targets = [report::Target::check(
                 "small messages >= 5 M/s per core",

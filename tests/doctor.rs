@@ -3,8 +3,9 @@
 //! hugepages (`--huge-dir` at a directory that is not hugetlbfs), no agent (nothing at the
 //! socket, or a socket left behind by a dead agent), the component missing (an empty
 //! `--mtl-dir`, or a file Open MPI cannot load) — and the doctor must name exactly that
-//! problem, print the commands that fix it, and exit non-zero. Last, the sample output in the
-//! README's cluster guide is checked against what the doctor really prints.
+//! problem, print the commands that fix it, and exit non-zero. A configuration the agent
+//! would refuse fails the doctor's `config` check with the agent's own words. Last, the sample
+//! output in the README's cluster guide is checked against what the doctor really prints.
 //!
 //! Every run passes `--config` (a file written here), so an `/etc/tigon/agent.json` on the
 //! machine changes nothing.
@@ -415,6 +416,58 @@ fn missing_component_is_named_with_its_fix() {
     assert!(
         r.fix("mtl")
             .contains("ompi_info --param mtl tigon   # says why"),
+        "{r}"
+    );
+}
+
+/// The doctor checks a configuration with the agent's own check: what `tigon agent --config`
+/// refuses, the doctor does not call "ok" (it used to: it only parsed the JSON), and it says
+/// the same thing.
+#[test]
+fn config_the_agent_refuses_fails_the_check() {
+    let node = Node::new("doctor-badcfg");
+    for (key, value, says) in [
+        ("lcore", serde_json::json!(99), "--lcore 99"),
+        ("mtu", serde_json::json!(1400), "--mtu 1400"),
+        (
+            "peer-timeout-ms",
+            serde_json::json!(0),
+            "--peer-timeout-ms 0",
+        ),
+    ] {
+        let mut cfg: Value =
+            serde_json::from_str(&std::fs::read_to_string(&node.config).expect("read config"))
+                .expect("json");
+        cfg[key] = value;
+        let bad = node.dir.join(&format!("bad-{key}.json"));
+        std::fs::write(&bad, cfg.to_string()).expect("write config");
+        let bad = bad.to_str().expect("utf-8");
+        let r = doctor(
+            &["--config", bad, "--mtl-dir", node.mtl.to_str().unwrap()],
+            &[],
+        );
+        let c = r.get("config");
+        assert!(
+            !r.ok && c.status == "FAIL" && c.summary.contains(says) && !c.fix.is_empty(),
+            "{key}: {r}"
+        );
+        let o = Command::new(TIGON)
+            .args(["agent", "--config", bad])
+            .output()
+            .expect("tigon agent");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let agent_says = err.trim().trim_start_matches("tigon: ");
+        assert!(
+            !o.status.success() && c.summary.ends_with(agent_says),
+            "{key}: the agent says `{agent_says}`, the doctor `{}`",
+            c.summary
+        );
+    }
+    // The node's own configuration is accepted, and the doctor says by what.
+    let r = doctor(&node.args(&node.mtl, &[]), &[]);
+    let c = r.get("config");
+    assert!(
+        c.status == "ok" && c.summary.contains("the agent accepts it"),
         "{r}"
     );
 }

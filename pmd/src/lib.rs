@@ -13,6 +13,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod devargs;
 mod dma;
 mod eal;
 mod error;
@@ -23,6 +24,7 @@ mod mempool;
 mod port;
 pub mod testbed;
 
+pub use devargs::pci_address;
 pub use dma::{Completed, DmaDev, DmaStats, DmaStatus};
 pub use eal::{
     Eal, EalBuilder, Hugepages, IovaMode, NO_HUGE_DEFAULT_MB, NO_HUGE_ENV, check_hugepages,

@@ -3,6 +3,7 @@
 use clap::Args;
 use serde::Deserialize;
 use std::path::PathBuf;
+use std::time::Duration;
 use tigon_engine::Config;
 use tigon_engine::channel::Geometry;
 
@@ -10,61 +11,68 @@ use tigon_engine::channel::Geometry;
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct AgentArgs {
     /// The NIC: a PCI address, or a vdev such as `net_memif0,role=server,socket=/run/x.sock`,
-    /// `net_af_packet0,iface=eth1`, `net_af_xdp0,iface=eth1`.
+    /// `net_af_packet0,iface=eth1`, `net_af_xdp0,iface=eth1`. Required.
     #[arg(long)]
     pub port: Option<String>,
-    /// The lcore (CPU) the engine's poll loop owns.
+    /// The CPU the engine's poll loop owns, one of this machine's [default: 0].
     #[arg(long)]
     pub lcore: Option<u32>,
-    /// Control socket clients attach to.
+    /// Control socket clients attach to; its directory must exist [default: $TIGON_SOCKET,
+    /// else /run/tigon/agent.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// MTU of the port: 1500 or 9000.
+    /// MTU of the port: 1500 or 9000 [default: 1500].
     #[arg(long)]
     pub mtu: Option<u16>,
-    /// A dmadev for copy offload, e.g. `dma_skeleton0` (ioat / idxd PCI addresses on real nodes).
+    /// A dmadev for copy offload: `dma_skeleton0`, or an IOAT / DSA PCI address [default:
+    /// none, the engine copies].
     #[arg(long)]
     pub dma: Option<String>,
-    /// Received payloads at least this long go through the dmadev (default from `tigon bench dma`).
+    /// Received payloads at least this long go through the dmadev, in bytes [default: 4096;
+    /// `tigon bench dma` measures the crossover].
     #[arg(long)]
     pub dma_threshold: Option<usize>,
-    /// When there is no work: `spin` (busy-poll, for a dedicated core) or `yield` (shared machines).
+    /// When there is no work: `spin` (busy-poll, for a dedicated core) or `yield` (shared
+    /// machines) [default: spin].
     #[arg(long)]
     pub idle: Option<String>,
-    /// Uids allowed to attach (comma-separated); default: the agent's own uid.
+    /// Uids allowed to attach (comma-separated) [default: the agent's own uid].
     #[arg(long, value_delimiter = ',')]
     pub allow_uid: Option<Vec<u32>>,
-    /// Messages longer than this go by rendezvous (bytes).
+    /// Messages longer than this go by rendezvous, in bytes, 0 to 262144 [default: 32768].
     #[arg(long)]
     pub rndv_threshold: Option<usize>,
-    /// An unreachable peer fails operations after this long (milliseconds).
+    /// An unreachable peer fails operations after this long, in milliseconds, 100 to 3600000
+    /// [default: 5000].
     #[arg(long)]
     pub peer_timeout_ms: Option<u64>,
-    /// With `--idle yield`: keep polling this long after the last work before sleeping
-    /// (microseconds; default 0: the polling is charged to the ranks sharing the core).
+    /// With `--idle yield`: keep polling this long after the last work before sleeping, in
+    /// microseconds, 0 to 1000000 [default: 0: the polling is charged to the ranks sharing
+    /// the core].
     #[arg(long)]
     pub idle_spin_us: Option<u64>,
     /// With `--idle yield`, on a link that cannot wake a sleeping engine (memif): the longest
-    /// sleep while operations are in flight or within a second of the last work
-    /// (microseconds). af_packet and client requests wake it at once.
+    /// sleep while operations are in flight or within a second of the last work, in
+    /// microseconds, 1 to 10000 [default: 50]. af_packet and client requests wake it at once.
     #[arg(long)]
     pub idle_poll_us: Option<u64>,
     /// CPU-latency QoS request held while the agent runs, in microseconds, or `off`
-    /// (/dev/cpu_dma_latency; `0` keeps idle cores polling so wake-ups take microseconds).
-    /// Default: 0 with `--idle yield`, off with `spin`.
-    #[arg(long)]
+    /// (/dev/cpu_dma_latency; `0` keeps idle cores polling so wake-ups take microseconds)
+    /// [default: 0 with `--idle yield`, off with `spin`].
+    #[arg(long, allow_hyphen_values = true)]
     pub cpu_latency: Option<String>,
-    /// Nice value of the engine thread with `--idle yield` (default -10: the engine makes
-    /// progress for every rank sharing its core).
+    /// Nice value of the engine thread with `--idle yield`, -20 to 19 [default: -10: the
+    /// engine makes progress for every rank sharing its core].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
-    /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1).
-    #[arg(long)]
+    /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1) [default: off].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_huge: Option<bool>,
     /// Extra EAL arguments, passed through.
     #[arg(long, allow_hyphen_values = true)]
     pub eal: Option<Vec<String>>,
-    /// A JSON file with any of these options (command-line options win).
+    /// A JSON file with any of these options, keys as the option names without `--`
+    /// (command-line options win) [default: none].
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -105,11 +113,14 @@ impl AgentArgs {
     }
 }
 
-/// The agent's settings, checked, with their defaults.
+/// The agent's settings, checked, with their defaults: what `tigon agent` runs with and what
+/// `tigon doctor` checks a configuration against (one check for both).
 pub struct Settings {
     /// The port's devargs.
     pub devargs: String,
     pub socket: PathBuf,
+    /// The engine's CPU.
+    pub lcore: u32,
     pub mtu: u16,
     /// `--idle spin` (else `yield`).
     pub spin: bool,
@@ -118,6 +129,16 @@ pub struct Settings {
     pub engine: Config,
     /// Of every client's channel.
     pub geometry: Geometry,
+    /// Payloads the dmadev copies (if there is one) are at least this long.
+    pub dma_threshold: usize,
+    /// With `--idle yield`: polling after work, and the longest sleep on a link that cannot
+    /// wake the engine.
+    pub idle_spin: Duration,
+    pub idle_poll: Duration,
+    /// The CPU-latency request to hold, in microseconds (None: none).
+    pub cpu_latency_us: Option<i32>,
+    /// The engine thread's nice value with `--idle yield`.
+    pub nice: i32,
 }
 
 impl Settings {
@@ -127,27 +148,132 @@ impl Settings {
     }
 }
 
+/// Below this many bytes a CPU copy beats a dmadev round trip (see `tigon bench dma`).
+pub const DEFAULT_DMA_THRESHOLD: usize = 4096;
+/// The largest `--rndv-threshold`: every client's channel holds 256 buffers of this size.
+pub const MAX_RNDV_THRESHOLD: usize = 256 << 10;
+
+/// `Err` with one line naming the option, its value, what is allowed and how to fix it.
+fn bad<T>(opt: &str, value: impl std::fmt::Display, allowed: &str) -> Result<T, String> {
+    Err(format!(
+        "--{opt} {value}: {allowed} (on the command line, or \"{opt}\" in the --config file)"
+    ))
+}
+
+/// `value` if it lies in `lo..=hi`, else the error naming both.
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    opt: &str,
+    value: T,
+    lo: T,
+    hi: T,
+    unit: &str,
+) -> Result<T, String> {
+    if value < lo || value > hi {
+        return bad(opt, value, &format!("use {lo} to {hi}{unit}"));
+    }
+    Ok(value)
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status), e.g. 0-1.
+pub fn allowed_cpus() -> (Vec<u32>, String) {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let list = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(str::trim)
+        .unwrap_or("")
+        .to_string();
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.parse::<u32>(), hi.parse::<u32>()) {
+            cpus.extend(lo..=hi);
+        }
+    }
+    (cpus, list)
+}
+
+/// A dmadev's name: a software vdev (`dma_skeleton0`) or a PCI address.
+fn is_dmadev(d: &str) -> bool {
+    let name = d.split(',').next().unwrap_or("");
+    name.starts_with("dma_") || tigon_pmd::pci_address(name).is_some()
+}
+
 impl AgentArgs {
-    /// The settings these options make, or what is wrong with them.
+    /// The settings these options make, or what is wrong with them (the first problem, one
+    /// line). Nothing is created or started: `tigon doctor` calls it on a configuration file.
     pub fn settings(&self) -> Result<Settings, String> {
         let a = self;
-        let devargs = a
-            .port
-            .clone()
-            .ok_or("--port is required (a PCI address or a vdev's devargs)")?;
+        let devargs = match a.port.as_deref().map(str::trim) {
+            Some(p) if !p.is_empty() => p.to_string(),
+            Some(_) => return bad("port", "\"\"", "a PCI address or a vdev's devargs"),
+            None => {
+                return Err(
+                    "--port is required: a PCI address (0000:3b:00.0) or a vdev's \
+                            devargs (net_af_packet0,iface=eth1)"
+                        .into(),
+                );
+            }
+        };
         let socket = a
             .socket
             .clone()
             .unwrap_or_else(tigon_client::default_socket);
+        // The default's directory (/run/tigon) is the agent's to make; any other must exist:
+        // the agent does not create directories it would then leave behind.
+        let dir = socket.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir
+            && !dir.is_dir()
+            && socket != std::path::Path::new(tigon_client::DEFAULT_SOCKET)
+        {
+            return bad(
+                "socket",
+                socket.display(),
+                &format!(
+                    "directory {} does not exist: create it (mkdir -p {}) or use the default {}",
+                    dir.display(),
+                    dir.display(),
+                    tigon_client::DEFAULT_SOCKET
+                ),
+            );
+        }
+        let lcore = a.lcore.unwrap_or(0);
+        let (cpus, list) = allowed_cpus();
+        if !cpus.is_empty() && !cpus.contains(&lcore) {
+            return bad(
+                "lcore",
+                lcore,
+                &format!(
+                    "this machine's CPUs are {list}: pick one of them (ideally one no rank runs on)"
+                ),
+            );
+        }
         let mtu = a.mtu.unwrap_or(1500);
         if mtu != 1500 && mtu != 9000 {
-            return Err(format!("--mtu {mtu}: use 1500 or 9000"));
+            return bad("mtu", mtu, "use 1500, or 9000 for jumbo frames");
         }
         let spin = match a.idle.as_deref().unwrap_or("spin") {
             "spin" => true,
             "yield" => false,
-            o => return Err(format!("--idle {o}: use spin or yield")),
+            o => {
+                return bad(
+                    "idle",
+                    o,
+                    "use spin (a core of its own) or yield (shared cores)",
+                );
+            }
         };
+        if let Some(d) = &a.dma
+            && !is_dmadev(d)
+        {
+            return bad(
+                "dma",
+                d,
+                "a dmadev: dma_skeleton0, or a copy engine's PCI address (dpdk-devbind.py --status-dev dma)",
+            );
+        }
+        let dma_threshold = a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD);
+        in_range("dma-threshold", dma_threshold, 1, 1 << 30, " bytes")?;
         let allow = a.allow_uid.clone().unwrap_or_else(|| {
             vec![
                 std::fs::metadata("/proc/self")
@@ -155,6 +281,13 @@ impl AgentArgs {
                     .unwrap_or(0),
             ]
         });
+        if allow.is_empty() {
+            return bad(
+                "allow-uid",
+                "[]",
+                "at least one uid (e.g. --allow-uid 0,1000)",
+            );
+        }
         let no_huge = a.no_huge.unwrap_or(false)
             || std::env::var_os(tigon_pmd::NO_HUGE_ENV).is_some_and(|v| v == "1");
         let mut cfg = Config {
@@ -162,7 +295,7 @@ impl AgentArgs {
             ..Config::default()
         };
         if let Some(t) = a.rndv_threshold {
-            cfg.rndv_threshold = t;
+            cfg.rndv_threshold = in_range("rndv-threshold", t, 0, MAX_RNDV_THRESHOLD, " bytes")?;
         }
         if !spin {
             // Sharing cores means being descheduled for a tick now and then: do not mistake
@@ -170,9 +303,35 @@ impl AgentArgs {
             cfg.rto_min_ns = cfg.rto_min_ns.max(1_000_000);
         }
         if let Some(ms) = a.peer_timeout_ms {
-            cfg.peer_timeout_ns = ms * 1_000_000;
+            cfg.peer_timeout_ns =
+                in_range("peer-timeout-ms", ms, 100, 3_600_000, " ms")? * 1_000_000;
         }
         cfg.validate()?;
+        let idle_spin = in_range(
+            "idle-spin-us",
+            a.idle_spin_us.unwrap_or(0),
+            0,
+            1_000_000,
+            " µs",
+        )?;
+        // Heartbeats and the shutdown check bound the longest sleep to 10 ms anyway.
+        let idle_poll = in_range(
+            "idle-poll-us",
+            a.idle_poll_us.unwrap_or(50),
+            1,
+            10_000,
+            " µs",
+        )?;
+        let cpu_latency_us = match a.cpu_latency.as_deref() {
+            Some("off") => None,
+            Some(v) => match v.parse::<i32>() {
+                Ok(us) if us >= 0 => Some(us),
+                _ => return bad("cpu-latency", v, "microseconds (0 or more) or off"),
+            },
+            None if spin => None,
+            None => Some(0),
+        };
+        let nice = in_range("nice", a.nice.unwrap_or(-10), -20, 19, "")?;
         let geometry = Geometry {
             n_desc: 4096,
             n_data: 256,
@@ -181,12 +340,18 @@ impl AgentArgs {
         Ok(Settings {
             devargs,
             socket,
+            lcore,
             mtu,
             spin,
             allow_uids: allow,
             no_huge,
             engine: cfg,
             geometry,
+            dma_threshold,
+            idle_spin: Duration::from_micros(idle_spin),
+            idle_poll: Duration::from_micros(idle_poll),
+            cpu_latency_us,
+            nice,
         })
     }
 }

@@ -47,7 +47,7 @@ pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
 
 /// The EAL, on the engine's lcore, scanning only the buses the port and dmadev need.
 fn start_eal(a: &AgentArgs, s: &Settings) -> Result<Eal, String> {
-    let lcore = a.lcore.unwrap_or(0);
+    let lcore = s.lcore;
     let mut b = Eal::builder()
         .lcores(lcore.to_string())
         .main_lcore(lcore)

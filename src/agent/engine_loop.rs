@@ -18,9 +18,6 @@ use tigon_engine::channel::STATE_SHUTDOWN;
 use tigon_pmd::Eal;
 use tigon_shm::wake::EventFd;
 
-/// Below this many bytes a CPU copy beats a dmadev round trip (see `tigon bench dma`).
-pub const DEFAULT_DMA_THRESHOLD: usize = 4096;
-
 /// Client requests taken from one client's ring per loop.
 const REQUEST_BURST: usize = 32;
 
@@ -36,7 +33,7 @@ pub struct ToControl<'a> {
 /// Runs the engine until the agent is told to stop (SIGTERM / SIGINT).
 pub fn run(a: &AgentArgs, s: &Settings, control: ToControl<'_>) -> Result<(), String> {
     let dp = dpdk::bring_up(a, s)?;
-    let dma_threshold = a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD);
+    let dma_threshold = s.dma_threshold;
     if dp.dma.is_some() && dma_threshold > s.mtu as usize {
         // The dmadev copies one received frame's payload at a time.
         log::warn!(
@@ -52,14 +49,14 @@ pub fn run(a: &AgentArgs, s: &Settings, control: ToControl<'_>) -> Result<(), St
         s.devargs,
         dp.mac,
         s.mtu,
-        a.lcore.unwrap_or(0),
+        s.lcore,
         s.socket.display(),
         a.dma.as_deref().unwrap_or("none"),
         if s.spin { "spin" } else { "yield" }
     );
-    let idle = Idle::new(a, s.spin)?;
+    let idle = Idle::new(s);
     if !s.spin {
-        idle::share_core(a.nice);
+        idle::share_core(s.nice);
     }
     let now = Instant::now();
     EngineLoop {

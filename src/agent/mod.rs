@@ -69,7 +69,11 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
 }
 
 fn bind(socket: &Path) -> Result<UnixListener, String> {
-    if let Some(dir) = socket.parent() {
+    // Only the default's directory (/run/tigon) is made here; any other must exist (checked
+    // by the settings): a typo must not leave directories behind.
+    if socket == Path::new(tigon_client::DEFAULT_SOCKET)
+        && let Some(dir) = socket.parent()
+    {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     if socket.exists() {

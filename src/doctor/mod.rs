@@ -193,8 +193,29 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
             .map_err(|e| e.to_string())
             .and_then(|s| serde_json::from_str::<AgentArgs>(&s).map_err(|e| e.to_string()))
         {
+            // The agent's own check of its settings (`tigon agent --config FILE`): a config
+            // the agent would refuse is not "ok" here.
             Ok(c) => {
-                check = Some(Check::ok("config", format!("{} parsed", p.display())));
+                check = Some(match c.settings() {
+                    Ok(s) => Check::ok(
+                        "config",
+                        format!(
+                            "{} parsed; the agent accepts it (port {}, lcore {}, mtu {})",
+                            p.display(),
+                            s.devargs,
+                            s.lcore,
+                            s.mtu
+                        ),
+                    ),
+                    Err(e) => Check::fail(
+                        "config",
+                        format!("{}: {e}", p.display()),
+                        &cmds![
+                            format!("${{EDITOR:-vi}} {}", p.display()),
+                            "tigon agent --help   # the options, their ranges and defaults",
+                        ],
+                    ),
+                });
                 cfg = c;
             }
             Err(e) => {
@@ -202,7 +223,7 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
                     "config",
                     format!("{}: {e}", p.display()),
                     &cmds![
-                        "# the keys are `tigon agent`'s options in kebab-case, e.g. {\"port\": \"0000:3b:00.0\", \"lcore\": 2, \"mtu\": 9000}",
+                        "# the keys are `tigon agent`'s options in kebab-case, e.g. {\"port\": \"0000:3b:00.0\", \"lcore\": 1, \"mtu\": 9000}",
                         "tigon agent --help",
                         format!("${{EDITOR:-vi}} {}", p.display()),
                     ],

@@ -3,6 +3,7 @@
 
 use super::Check;
 use std::path::Path;
+use tigon_pmd::pci_address;
 
 /// Drivers a NIC can be bound to for DPDK's PCI PMDs.
 const DPDK_DRIVERS: &[&str] = &["vfio-pci", "uio_pci_generic", "igb_uio"];
@@ -16,24 +17,6 @@ const DMA_IDS: &[(u16, &str)] = &[
     (0x6f20, "IOAT (Broadwell)"),
     (0x2f20, "IOAT (Haswell)"),
 ];
-
-/// `0000:3b:00.0` or `3b:00.0` (the first devargs field), in its full form.
-pub fn pci_address(devargs: &str) -> Option<String> {
-    let s = devargs.split(',').next()?.trim().to_ascii_lowercase();
-    let hex = |t: &str, n: usize| t.len() == n && t.bytes().all(|b| b.is_ascii_hexdigit());
-    let parts: Vec<&str> = s.split(':').collect();
-    let (dom, bus, devfn) = match parts.as_slice() {
-        [d, b, df] => (d.to_string(), *b, *df),
-        [b, df] => ("0000".to_string(), *b, *df),
-        _ => return None,
-    };
-    let (dev, func) = devfn.split_once('.')?;
-    (hex(&dom, 4)
-        && hex(bus, 2)
-        && hex(dev, 2)
-        && matches!(func, "0" | "1" | "2" | "3" | "4" | "5" | "6" | "7"))
-    .then(|| format!("{dom}:{bus}:{dev}.{func}"))
-}
 
 pub(super) fn is_pci(devargs: &str) -> bool {
     pci_address(devargs).is_some()
@@ -312,22 +295,4 @@ pub(super) fn dmadev(dma: Option<&str>) -> Check {
             "# then: tigon agent --dma <address> (\"dma\" in /etc/tigon/agent.json); tigon bench dma picks --dma-threshold",
         ],
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pci_addresses() {
-        assert_eq!(pci_address("0000:3b:00.0").as_deref(), Some("0000:3b:00.0"));
-        assert_eq!(
-            pci_address("3B:00.1,txq=2").as_deref(),
-            Some("0000:3b:00.1")
-        );
-        assert_eq!(pci_address("net_af_packet0,iface=eth0"), None);
-        assert_eq!(pci_address("net_memif0,socket=/a:b.c"), None);
-        assert_eq!(pci_address("00:1f.8"), None);
-        assert_eq!(pci_address("dma_skeleton0"), None);
-    }
 }

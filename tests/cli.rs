@@ -1,0 +1,220 @@
+//! Bad input is refused up front, in one line that names the value, what is allowed and the
+//! fix, and nothing is started or created for it; output to a reader that went away ends the
+//! CLI quietly (no panic); `--help` says what each option defaults to.
+//!
+//! One test starts an agent (lcore 0): nextest runs this binary in the `dpdk-pinned` group.
+
+mod common;
+
+use common::{Agent, TIGON, TestDir};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output, Stdio};
+
+fn tigon(args: &[&str]) -> Output {
+    Command::new(TIGON)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running tigon")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The error line of a refused command: the first line of stderr that says what is wrong.
+fn error_line(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .find(|l| l.starts_with("error:") || l.starts_with("tigon:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Refused with a non-zero exit, in one line containing every one of `words`.
+fn assert_refused(args: &[&str], words: &[&str]) -> String {
+    let o = tigon(args);
+    let line = error_line(&o);
+    assert!(
+        !o.status.success() && words.iter().all(|w| line.contains(w)),
+        "`tigon {}` should be refused in one line with {words:?}: {}",
+        args.join(" "),
+        text(&o)
+    );
+    line
+}
+
+#[test]
+fn run_options_are_checked_before_anything_starts() {
+    // Before: the nft parser's error, after the namespaces were made.
+    let line = assert_refused(
+        &["run", "--fabric", "veth", "--loss", "150", "--", "true"],
+        &["'150'", "--loss", "0 to 100"],
+    );
+    assert!(!line.contains("nft"), "{line}");
+    assert_refused(
+        &["run", "--mtu", "1400", "--", "true"],
+        &["'1400'", "1500", "9000"],
+    );
+    assert_refused(
+        &["run", "--nodes", "0", "--", "true"],
+        &["'0'", "--nodes", "1 to"],
+    );
+    assert_refused(&["run", "-np", "0", "--", "true"], &["'0'", "at least 1"]);
+    // A missing program is named as such, not as the error of a helper meant to start it.
+    let line = assert_refused(
+        &["run", "-np", "2", "./no-such-program-18"],
+        &["`./no-such-program-18` not found"],
+    );
+    assert!(!line.contains("taskset"), "{line}");
+}
+
+#[test]
+fn bench_options_are_checked() {
+    // Before: exit 0 and empty results.
+    assert_refused(
+        &["bench", "mpi", "--tests", "nope"],
+        &["'nope'", "logp,bw,avail,dbuf,emp"],
+    );
+    assert_refused(&["bench", "engine", "--mtu", "1400"], &["'1400'", "1500"]);
+    assert_refused(&["bench", "engine", "--scale", "0"], &["'0'", "above 0"]);
+    assert_refused(&["demo", "--min", "10"], &["--min 10", "60 <= min"]);
+}
+
+#[test]
+fn agent_options_are_checked_before_dpdk() {
+    let dir = TestDir::new("cli-agent");
+    let sock = dir.join("a.sock");
+    let sock = sock.to_str().unwrap();
+    let port = ["--port", "net_null0", "--socket", sock];
+    // Before: a hundred lines of EAL usage.
+    let o = tigon(&[&["agent", "--lcore", "99"][..], &port].concat());
+    let line = error_line(&o);
+    assert!(
+        !o.status.success()
+            && line.contains("--lcore 99")
+            && line.contains("CPUs are")
+            && String::from_utf8_lossy(&o.stderr).lines().count() <= 2,
+        "{}",
+        text(&o)
+    );
+    // `--no-huge` is a flag (before: "a value is required"): this run gets past it to the
+    // next problem.
+    let line = assert_refused(
+        &[&["agent", "--no-huge", "--lcore", "99"][..], &port].concat(),
+        &["--lcore 99"],
+    );
+    assert!(!line.contains("no-huge"), "{line}");
+    // A socket in a directory that does not exist: refused, and the directory is not made
+    // (before: created as root and left behind).
+    let missing = format!("/nonexistent-tigon-{}/dir", std::process::id());
+    let bad_sock = format!("{missing}/a.sock");
+    assert_refused(
+        &["agent", "--port", "net_null0", "--socket", &bad_sock],
+        &[&bad_sock, "does not exist", "mkdir -p"],
+    );
+    assert!(
+        !std::path::Path::new(&missing).exists(),
+        "{missing} was created"
+    );
+    for (opt, value, allowed) in [
+        ("--mtu", "1400", "1500"),
+        ("--idle", "busy", "spin"),
+        ("--nice", "40", "-20 to 19"),
+        ("--peer-timeout-ms", "0", "100 to 3600000"),
+        ("--rndv-threshold", "999999999", "0 to 262144"),
+        ("--idle-poll-us", "0", "1 to 10000"),
+        ("--cpu-latency", "-5", "off"),
+        ("--dma", "ioat", "dma_skeleton0"),
+    ] {
+        assert_refused(
+            &[&["agent", opt, value][..], &port].concat(),
+            &[&format!("{opt} {value}"), allowed],
+        );
+    }
+    assert_refused(&["agent", "--socket", sock], &["--port is required"]);
+    assert!(!std::path::Path::new(sock).exists(), "{sock} was bound");
+}
+
+#[test]
+fn help_says_what_options_default_to() {
+    let o = tigon(&["agent", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    // Every option's description says its default (or that it has none, or is required).
+    let mut opt = String::new();
+    let mut desc = String::new();
+    let mut missing = Vec::new();
+    for l in help.lines().chain(["  --end"]) {
+        let t = l.trim_start();
+        if t.starts_with("--") || t.starts_with("-h,") {
+            if !opt.is_empty()
+                && !opt.contains("--help")
+                && !opt.contains("--eal")
+                && !desc.contains("[default:")
+                && !desc.contains("Required")
+            {
+                missing.push(opt.clone());
+            }
+            opt = t.to_string();
+            desc.clear();
+        } else {
+            desc.push_str(t);
+        }
+    }
+    assert!(
+        o.status.success() && missing.is_empty(),
+        "options without a default in `tigon agent --help`: {missing:?}\n{help}"
+    );
+    let o = tigon(&["--help"]);
+    let top = String::from_utf8_lossy(&o.stdout);
+    let demo = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("demo"))
+        .unwrap_or("");
+    assert!(
+        demo.contains("NetPIPE") && !demo.contains("Port-level"),
+        "`tigon --help` on demo: {demo}"
+    );
+}
+
+/// A command whose stdout is a pipe nobody reads any more (`tigon stats | head -1` once
+/// head has gone): it must end quietly, as SIGPIPE ends a C program, not panic (exit 101).
+fn to_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let o = Command::new(TIGON)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("running tigon");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("panicked") && o.status.code() != Some(101),
+        "`tigon {}` into a closed pipe: {}",
+        args.join(" "),
+        text(&o)
+    );
+    o
+}
+
+#[test]
+fn a_closed_pipe_ends_the_cli_quietly() {
+    let dir = TestDir::new("cli-pipe");
+    let port = format!(
+        "net_memif0,role=server,socket={}",
+        dir.join("m.sock").display()
+    );
+    let agent = Agent::start(&dir, "a", &port, 0, None, &[]);
+    let o = to_closed_pipe(&["stats", "--socket", agent.socket.to_str().unwrap()]);
+    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{}", text(&o));
+    to_closed_pipe(&["doctor", "--socket", agent.socket.to_str().unwrap()]);
+    to_closed_pipe(&["--help"]);
+    to_closed_pipe(&["agent", "--help"]);
+}
