@@ -23,7 +23,13 @@ pub struct LoopGaps {
 }
 
 impl LoopGaps {
-    /// Notes a gap of `ns` between two iterations, of which the thread ran `cpu_ns`.
+    /// Whether a gap of `ns` would be the longest seen (its CPU time is then worth reading).
+    pub fn is_longest(&self, ns: u64) -> bool {
+        ns / 1000 > self.max_gap_us
+    }
+
+    /// Notes a gap of `ns` between two iterations, of which the thread ran `cpu_ns` (read
+    /// only for the longest gap; see [`LoopGaps::is_longest`]).
     pub fn note(&mut self, ns: u64, cpu_ns: u64) {
         if ns / 1000 > self.max_gap_us {
             self.max_gap_us = ns / 1000;
