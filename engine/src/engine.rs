@@ -938,6 +938,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Ok(Some((MessageHandle(u), self.unex[&u].info)))
     }
 
+    /// Whether every byte of the message `msg` (from [`Engine::improbe`]) is at this node, so
+    /// that [`Engine::imrecv`] completes it at once instead of waiting for the network.
+    pub fn message_arrived(&self, msg: MessageHandle) -> bool {
+        self.mprobed
+            .get(&msg.0)
+            .and_then(|u| self.unex.get(u))
+            .is_some_and(|x| !x.rndv && x.received >= x.info.len)
+    }
+
     /// Receives a message taken by [`Engine::improbe`] into `buf`.
     /// Only the endpoint that probed the message may receive it.
     pub fn imrecv(&mut self, ep: u16, msg: MessageHandle, buf: BufRef) -> Result<ReqId, Error> {
@@ -1023,7 +1032,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let n = x.info.len.min(r.buf.len);
         let buf = r.buf;
         let res = self.copy.write(&buf, 0, &x.data[..n as usize]);
-        self.release_credit(x.peer, x.cost, x.sync, x.msg_id);
         match res {
             Ok(()) => {
                 let r = self.recv_mut(id).expect("present");
@@ -1039,6 +1047,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             Err(e) => self.finish(id, Err(Error::Copy(e.0))),
         }
+        // After the receive: a synchronous sender on this node completes right behind it.
+        self.release_credit(x.peer, x.cost, x.sync, x.msg_id);
     }
 
     /// The receiver is done with an eager message: return its credit; tell a synchronous sender.
@@ -1050,6 +1060,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if peer.ack_due.is_none() {
             peer.ack_due = Some(0);
         }
+        if sync && self.finish_local_send(p, msg_id, Kind::Matched) {
+            self.mark_active(p);
+            return;
+        }
+        let peer = &mut self.peers[p];
         if sync && peer.state == PeerState::Connected {
             peer.pending.push_back(TxDesc {
                 seq: 0,
@@ -1069,6 +1084,37 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             });
         }
         self.mark_active(p);
+    }
+
+    /// The receiver of message `msg_id` from an endpoint of this node matched it (`Matched`:
+    /// a synchronous eager message) or is done with it (`Fin`: rendezvous): its send completes
+    /// now, in the same pass as the receive and right behind it, rather than when a frame has
+    /// gone round the loopback: a rank that saw its receive complete then finds the send
+    /// complete too. False if the sender is on another node (the frame tells it).
+    fn finish_local_send(&mut self, p: usize, msg_id: u32, news: Kind) -> bool {
+        let (from, ep) = (self.peers[p].addr, self.peers[p].ep);
+        if from.mac != self.mac {
+            return false;
+        }
+        // The sender's view of this pair: its endpoint, talking to ours.
+        let Some(&q) = self
+            .peer_index
+            .get(&(from.ep, EndpointAddr::new(self.mac, ep)))
+        else {
+            return false;
+        };
+        let Some(&id) = self.peers[q].sends.get(&msg_id) else {
+            return false;
+        };
+        let Some(s) = self.send_mut(id) else {
+            return false;
+        };
+        match news {
+            Kind::Fin => s.fin = true,
+            _ => s.matched = true,
+        }
+        self.try_finish_send(id);
+        true
     }
 
     fn start_pull(&mut self, p: usize, msg_id: u32, id: ReqId, total: u64) {
@@ -1148,25 +1194,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let info = r.info.expect("matched");
         let truncated = info.len > r.buf.len;
-        let peer_ = &mut self.peers[peer];
-        peer_.pulls.remove(&msg_id);
-        peer_.pending.push_back(TxDesc {
-            seq: 0,
-            kind: Kind::Fin,
-            flags: 0,
-            req: None,
-            msg_id,
-            frag_index: 0,
-            frag_count: 1,
-            offset: 0,
-            len: 0,
-            total: 0,
-            first_sent: 0,
-            last_sent: 0,
-            retries: 0,
-            acked: false,
-        });
-        self.mark_active(peer);
+        self.peers[peer].pulls.remove(&msg_id);
         self.finish(
             id,
             Ok(Outcome::Received {
@@ -1175,6 +1203,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 truncated,
             }),
         );
+        self.send_fin(peer, msg_id);
+    }
+
+    /// Tells the sender of rendezvous message `msg_id` that the receiver is done with it: a
+    /// sender on this node completes at once, one elsewhere when the FIN arrives.
+    fn send_fin(&mut self, p: usize, msg_id: u32) {
+        if !self.finish_local_send(p, msg_id, Kind::Fin) {
+            self.peers[p].pending.push_back(desc(Kind::Fin, msg_id));
+        }
+        self.mark_active(p);
     }
 
     // ---- the poll loop --------------------------------------------------------------------
@@ -1454,10 +1492,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     fn try_finish_send(&mut self, id: ReqId) {
         let Some(s) = self.send_mut(id) else { return };
+        // A matched synchronous message has reached the receiver whole (the receiver matches
+        // it once its last fragment is in), so it completes even before the acks do.
         let done = if s.rndv {
             s.fin
         } else {
-            s.queued && s.unacked == 0 && (!s.sync || s.matched)
+            s.queued && (s.unacked == 0 && !s.sync || s.sync && s.matched)
         };
         if done {
             self.finish(id, Ok(Outcome::Sent));
@@ -1831,8 +1871,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     );
                 }
                 if last {
-                    self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
                     self.try_finish_recv(id);
+                    self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
                 }
             }
             EagerTarget::Store(u) => {
@@ -1947,17 +1987,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Fails a receive that matched a message. A rendezvous sender is still told FIN (the
     /// message reached this node; the failure is the receiving rank's to see).
     fn fail_recv(&mut self, id: ReqId, e: Error) {
-        if let Some(RecvReq {
-            state: RecvState::Pulling { peer, msg_id, .. },
-            ..
-        }) = self.recv_mut(id)
-        {
-            let (peer, msg_id) = (*peer, *msg_id);
-            self.peers[peer].pulls.remove(&msg_id);
-            self.peers[peer].pending.push_back(desc(Kind::Fin, msg_id));
-            self.mark_active(peer);
-        }
+        let pull = match self.recv_mut(id) {
+            Some(RecvReq {
+                state: RecvState::Pulling { peer, msg_id, .. },
+                ..
+            }) => Some((*peer, *msg_id)),
+            _ => None,
+        };
         self.finish(id, Err(e));
+        if let Some((peer, msg_id)) = pull {
+            self.peers[peer].pulls.remove(&msg_id);
+            self.send_fin(peer, msg_id);
+        }
     }
 
     // ---- transmit path --------------------------------------------------------------------

@@ -318,3 +318,105 @@ fn standard_eager_send_completes_without_a_receive() {
     assert!(wait_all(&mut w, 0, &[s])[0].result.is_ok());
     assert_eq!(w.nodes[1].eng.unexpected_bytes(), 1000);
 }
+
+/// Between two endpoints of one node, a send that waits for its receiver (synchronous eager,
+/// or rendezvous) completes in the same step as the receive, queued right behind it: whoever
+/// sees the receive done finds the send done too (mpi4py's testManyISSendAndRecv).
+#[test]
+fn local_send_completes_right_behind_its_receive() {
+    for (len, mode, posted_first) in [
+        (10usize, SendMode::Synchronous, false),
+        (10, SendMode::Synchronous, true),
+        (5_000, SendMode::Synchronous, false),
+        (5_000, SendMode::Synchronous, true),
+        (100_000, SendMode::Synchronous, false),
+        (100_000, SendMode::Standard, true),
+    ] {
+        let mut w = World::new(1, Faults::default(), 1, Config::default());
+        w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+        let b = w.nodes[0].eng.open_endpoint(Some(1)).unwrap();
+        let rbuf = w.mem(0).insert(vec![0; len]);
+        let spec = MatchSpec::mpi(CTX, 0, 4);
+        let mut r = None;
+        if posted_first {
+            r = Some(w.nodes[0].eng.irecv(1, spec, rbuf).unwrap());
+        }
+        let s = send(&mut w, 0, b, 0, 4, pattern(0, 2, len), mode);
+        if !posted_first {
+            // Let the message (or its RTS) arrive before the receive is posted.
+            for _ in 0..2_000 {
+                w.step();
+            }
+            assert!(
+                w.nodes[0].eng.is_pending(s),
+                "{len}: send done before a receive"
+            );
+            r = Some(w.nodes[0].eng.irecv(1, spec, rbuf).unwrap());
+        }
+        let r = r.unwrap();
+        let mut seen = Vec::new();
+        w.run_until(200_000, |w| {
+            while let Some(c) = w.nodes[0].eng.pop_completion() {
+                assert!(c.result.is_ok(), "{len}: {c:?}");
+                seen.push(c.req);
+            }
+            // Checked once per step: both or neither.
+            seen.contains(&r) || seen.contains(&s)
+        });
+        assert_eq!(
+            seen,
+            [r, s],
+            "{len} {mode:?}: receive then send, in one step"
+        );
+        assert_eq!(w.mem(0).get(&rbuf).unwrap(), &pattern(0, 2, len)[..]);
+    }
+}
+
+/// An mprobed message says whether all of it is at the node: an eager one once its last
+/// fragment is in, a rendezvous one never (its bytes are pulled by the receive).
+#[test]
+fn mprobed_message_says_whether_it_has_arrived() {
+    for (len, whole) in [
+        (0usize, true),
+        (100, true),
+        (20_000, true),
+        (100_000, false),
+    ] {
+        let mut w = world();
+        let (_, b) = open(&mut w);
+        send(&mut w, 0, b, 0, 4, pattern(0, 3, len), SendMode::Standard);
+        let spec = MatchSpec::mpi(CTX, 0, 4);
+        let mut found = None;
+        w.run_until(200_000, |w| {
+            found = w.nodes[1].eng.improbe(0, spec).unwrap();
+            found.is_some()
+        });
+        let (h, info) = found.unwrap();
+        assert_eq!(info.len, len as u64);
+        if whole {
+            w.run_until(200_000, |w| w.nodes[1].eng.message_arrived(h));
+        } else {
+            for _ in 0..2_000 {
+                w.step();
+            }
+            assert!(!w.nodes[1].eng.message_arrived(h), "{len}: rendezvous");
+        }
+        let buf = w.mem(1).insert(vec![0; len]);
+        let r = w.nodes[1].eng.imrecv(0, h, buf).unwrap();
+        assert!(
+            !w.nodes[1].eng.message_arrived(h),
+            "received: no longer mprobed"
+        );
+        if whole {
+            // All here: the receive completes at once, without a step.
+            let c = w.nodes[1]
+                .eng
+                .pop_completion()
+                .expect("completed in imrecv");
+            assert_eq!((c.req, received(&c).1), (r, len as u64));
+        } else {
+            assert!(wait_all(&mut w, 1, &[r])[0].result.is_ok());
+        }
+        assert_eq!(w.mem(1).get(&buf).unwrap(), &pattern(0, 3, len)[..]);
+    }
+}
