@@ -8,6 +8,7 @@ use super::copy::AgentCopy;
 use super::dpdk;
 use super::idle::{self, Idle};
 use super::link::PortLink;
+use super::notify;
 use super::serve::Served;
 use super::stats::{self, LoopGaps};
 use std::os::fd::{AsFd, OwnedFd};
@@ -58,6 +59,13 @@ pub fn run(a: &AgentArgs, s: &Settings, control: ToControl<'_>) -> Result<(), St
     if !s.spin {
         idle::share_core(s.nice);
     }
+    // Serving from here on: the control thread listens and this loop answers it. Under
+    // systemd (Type=notify) `systemctl start` returns now.
+    notify::tell(&format!(
+        "READY=1\nSTATUS=serving {} on {}",
+        s.socket.display(),
+        s.devargs
+    ));
     let now = Instant::now();
     EngineLoop {
         eal: dp.eal,
@@ -221,6 +229,7 @@ impl EngineLoop<'_> {
     fn leaving(&mut self) -> bool {
         if tigon_shm::signals::terminating() && self.shutdown_at.is_none() {
             log::info!("tigon agent: shutting down");
+            notify::tell("STOPPING=1");
             self.served.set_state(STATE_SHUTDOWN);
             self.shutdown_at = Some(Instant::now());
         }

@@ -6,7 +6,8 @@
 //! [`engine_loop`] (the engine thread, on DPDK brought up by [`dpdk`]), which serves clients
 //! ([`serve`]: one request read from its channel, started as an engine operation by [`ops`],
 //! completed back into the channel) over the port ([`link`]), copying payloads ([`copy`]) to
-//! and from client memory ([`memory`]), idling by [`idle`]'s policy and reporting [`stats`].
+//! and from client memory ([`memory`]), idling by [`idle`]'s policy and reporting [`stats`];
+//! [`notify`] tells systemd when it serves.
 
 mod args;
 mod control;
@@ -16,6 +17,7 @@ mod engine_loop;
 mod idle;
 mod link;
 mod memory;
+mod notify;
 mod ops;
 mod serve;
 mod stats;
