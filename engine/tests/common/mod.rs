@@ -19,7 +19,8 @@ pub struct World {
 }
 
 pub fn mac(i: usize) -> MacAddr {
-    MacAddr([2, 0, 0, 0, 0, i as u8 + 1])
+    let n = i + 1;
+    MacAddr([2, 0, 0, 0, (n >> 8) as u8, n as u8])
 }
 
 impl World {
