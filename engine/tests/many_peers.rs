@@ -12,6 +12,9 @@ use tigon_engine::matching::match_bits;
 use tigon_engine::sim::Faults;
 use tigon_engine::*;
 
+/// A posted receive: its (sender, receiver) ranks, message index, and buffer.
+type PendingRecv = ((usize, usize), usize, BufRef);
+
 const NODES: usize = 256;
 const EPS: usize = 4;
 const CTX: u32 = 5;
@@ -62,7 +65,7 @@ fn ten_thousand_messages_among_1024_ranks_on_256_nodes_hostile_link() {
     pairs.sort();
     // Receives of half the pairs are posted first; the other half find their messages
     // waiting (unexpected eager data or an RTS).
-    let mut recvs: HashMap<(usize, ReqId), ((usize, usize), usize, BufRef)> = HashMap::new();
+    let mut recvs: HashMap<(usize, ReqId), PendingRecv> = HashMap::new();
     let post = |w: &mut World, recvs: &mut HashMap<_, _>, early: bool| {
         for &(s, r) in pairs.iter().filter(|(s, r)| ((s + r) % 2 == 0) == early) {
             for (k, &len) in plan[&(s, r)].iter().enumerate() {
