@@ -413,8 +413,11 @@ pub fn mtl_dir(scratch: &Path) -> Option<PathBuf> {
         return None;
     }
     let dir = scratch.join("ompi");
-    std::fs::create_dir_all(&dir).ok()?;
-    std::os::unix::fs::symlink(&lib, dir.join("mca_mtl_tigon.so")).ok()?;
+    // A cluster running several jobs (tigon soak) asks again: the link is there.
+    if !dir.join("mca_mtl_tigon.so").exists() {
+        std::fs::create_dir_all(&dir).ok()?;
+        std::os::unix::fs::symlink(&lib, dir.join("mca_mtl_tigon.so")).ok()?;
+    }
     Some(dir)
 }
 

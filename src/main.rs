@@ -11,6 +11,7 @@ mod fabric;
 mod leftovers;
 mod peer;
 mod run;
+mod soak;
 
 #[derive(Parser)]
 #[command(name = "tigon", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("TIGON_GIT_REV"), ")"))]
@@ -40,6 +41,9 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmarks (`tigon bench engine`, ...).
     Bench(bench::BenchArgs),
+    /// Soak: MPI stress jobs across two emulated nodes on a lossy wire, a rank killed every
+    /// 30 s; fails on any lost message or agent memory growth (`make soak`).
+    Soak(soak::SoakArgs),
     /// Check this node (hugepages, NIC, IOMMU, dmadevs, DPDK, Open MPI, the MTL, the agent)
     /// and print the fix for each problem.
     Doctor(doctor::DoctorArgs),
@@ -81,6 +85,10 @@ fn main() {
             Err(e) => Err(e),
         },
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Soak(a) => match soak::run(a) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Frames { args } => tigon_pmd::frames::cli_main(&args),
         Cmd::RankExec(a) => match run::rank_exec(a) {
