@@ -26,6 +26,10 @@ pub struct SoakArgs {
     /// Seconds between two rank kills (at least 5).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(5..))]
     pub kill_every: u64,
+    /// How long each job runs if no kill ends it, in seconds (at least 5): jobs end and start
+    /// all the time, by completing and by losing a rank.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..))]
+    pub job_seconds: u64,
     /// RSS growth of an agent after warm-up that counts as a leak, in percent.
     #[arg(long, default_value_t = 10, value_parser = crate::cli::parse_percent)]
     pub max_growth: u32,
@@ -47,43 +51,70 @@ struct Job {
     killed: bool,
 }
 
-/// What the jobs that ran to completion reported, and what went wrong.
+/// What the jobs reported, and what went wrong.
 #[derive(Debug, Default, PartialEq)]
 pub struct Tally {
     pub completed: u64,
     pub killed: u64,
     pub failed: Vec<String>,
+    /// Messages of the jobs that ran to completion.
     pub sent: u64,
     pub received: u64,
     pub bad: u64,
+    /// Messages the jobs that lost a rank received before the kill (intact, damaged).
+    pub killed_received: u64,
+    pub killed_bad: u64,
+}
+
+/// One line of the stress program: (rank, final?, sent, received, bad).
+fn report_line(l: &str) -> Option<(u32, bool, [u64; 3])> {
+    let rest = l.strip_prefix("stress rank ")?;
+    let (who, counts) = rest.split_once(": sent ")?;
+    let (rank, progress) = match who.split_once(" at ") {
+        Some((r, _)) => (r, true),
+        None => (who, false),
+    };
+    let nums: Vec<u64> = counts
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    Some((rank.parse().ok()?, !progress, nums.try_into().ok()?))
+}
+
+/// Each rank's last report in a job's output (final or progress).
+fn last_reports(text: &str) -> std::collections::BTreeMap<u32, (bool, [u64; 3])> {
+    text.lines()
+        .filter_map(report_line)
+        .map(|(r, fin, c)| (r, (fin, c)))
+        .collect()
 }
 
 impl Tally {
-    /// Adds a completed job's `stress rank R: sent S received V bad B` lines; an error if it
-    /// printed fewer than two.
-    pub fn add_output(&mut self, text: &str) -> Result<(), String> {
-        let mut ranks = 0;
-        for l in text.lines() {
-            let Some((_, rest)) = l.split_once(": sent ") else {
-                continue;
-            };
-            let nums: Vec<u64> = rest
-                .split_whitespace()
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            if !l.starts_with("stress rank ") || nums.len() != 3 {
-                continue;
-            }
-            self.sent += nums[0];
-            self.received += nums[1];
-            self.bad += nums[2];
-            ranks += 1;
+    /// Adds a completed job: each of its two ranks' final `stress rank R: sent S received V
+    /// bad B`; an error if one is missing.
+    pub fn add_completed(&mut self, text: &str) -> Result<(), String> {
+        let last = last_reports(text);
+        let finals: Vec<&[u64; 3]> = last.values().filter(|(f, _)| *f).map(|(_, c)| c).collect();
+        if finals.len() != 2 {
+            return Err(format!("{} final rank report(s), not 2", finals.len()));
         }
-        if ranks < 2 {
-            return Err(format!("{ranks} rank report(s), not 2"));
+        for c in finals {
+            self.sent += c[0];
+            self.received += c[1];
+            self.bad += c[2];
         }
         self.completed += 1;
         Ok(())
+    }
+
+    /// Adds a job that lost a rank to a kill: what its ranks had received by their last
+    /// report (messages in flight at the kill are not losses).
+    pub fn add_killed(&mut self, text: &str) {
+        for (_, c) in last_reports(text).values() {
+            self.killed_received += c[1];
+            self.killed_bad += c[2];
+        }
+        self.killed += 1;
     }
 
     /// Messages that were sent by a completed job but not received intact by it.
@@ -201,8 +232,8 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
     let warm_at = t0 + Duration::from_secs((a.seconds / 5).clamp(10, 60));
     let mut rss_warm: Option<Vec<u64>> = None;
     eprintln!(
-        "tigon soak: {} s, {} jobs of 2 ranks across 2 nodes, {}% wire loss, a rank killed every {} s",
-        a.seconds, a.jobs, a.loss, a.kill_every
+        "tigon soak: {} s, {} jobs of 2 ranks across 2 nodes (each for up to {} s), {}% wire loss, a rank killed every {} s",
+        a.seconds, a.jobs, a.job_seconds, a.loss, a.kill_every
     );
     let mut tally = Tally::default();
     let mut next_id = 0;
@@ -216,7 +247,8 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
         // would be too short to matter).
         let starting = now + Duration::from_secs(5) < end;
         while starting && (jobs.len() as u64) < a.jobs {
-            jobs.push(start_job(&cluster, &bin, next_id, end)?);
+            let until = end.min(now + Duration::from_secs(a.job_seconds));
+            jobs.push(start_job(&cluster, &bin, next_id, until)?);
             next_id += 1;
         }
         // Reap the jobs that ended.
@@ -239,7 +271,7 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
             crate::run::reap_orphans(&keep);
             let text = std::fs::read_to_string(&j.log).unwrap_or_default();
             if j.killed {
-                tally.killed += 1;
+                tally.add_killed(&text);
             } else if hung {
                 tally.failed.push(format!(
                     "job {} hung {} s past its end:\n{text}",
@@ -250,7 +282,7 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
                 tally
                     .failed
                     .push(format!("job {} failed ({st:?}):\n{text}", j.id));
-            } else if let Err(e) = tally.add_output(&text) {
+            } else if let Err(e) = tally.add_completed(&text) {
                 tally.failed.push(format!("job {}: {e}:\n{text}", j.id));
             }
         }
@@ -330,6 +362,10 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
         tally.lost(),
         tally.bad
     );
+    println!(
+        "jobs that lost a rank: {} messages received intact before the kill, {} damaged",
+        tally.killed_received, tally.killed_bad
+    );
     for s in &stats {
         println!("{s}");
     }
@@ -347,8 +383,8 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
     if tally.lost() > 0 {
         verdict.push(format!("{} messages lost", tally.lost()));
     }
-    if tally.bad > 0 {
-        verdict.push(format!("{} messages damaged", tally.bad));
+    if tally.bad + tally.killed_bad > 0 {
+        verdict.push(format!("{} messages damaged", tally.bad + tally.killed_bad));
     }
     if tally.completed == 0 {
         verdict.push("no job ran to completion".into());
@@ -371,24 +407,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tally_adds_completed_jobs_and_counts_losses() {
+    fn tally_takes_each_ranks_last_report() {
         let mut t = Tally::default();
-        t.add_output("noise\nstress rank 0: sent 80 received 80 bad 0\nstress rank 1: sent 80 received 80 bad 0\n")
-            .unwrap();
+        let done = "noise\nstress rank 0 at 1 s: sent 8 received 8 bad 0\n\
+                    stress rank 1 at 1 s: sent 8 received 8 bad 0\n\
+                    stress rank 0: sent 80 received 80 bad 0\n\
+                    stress rank 1: sent 80 received 80 bad 0\n";
+        t.add_completed(done).unwrap();
         assert_eq!(
             (t.completed, t.sent, t.received, t.lost()),
             (1, 160, 160, 0)
         );
-        t.add_output(
-            "stress rank 0: sent 8 received 7 bad 0\nstress rank 1: sent 8 received 6 bad 1\n",
-        )
-        .unwrap();
+        let lossy =
+            "stress rank 0: sent 8 received 7 bad 0\nstress rank 1: sent 8 received 6 bad 1\n";
+        t.add_completed(lossy).unwrap();
         assert_eq!((t.lost(), t.bad), (2, 1));
-        assert!(
-            t.add_output("stress rank 0: sent 8 received 8 bad 0\n")
-                .is_err()
-        );
+        // A job whose rank died has no final report: not a completed job.
+        let cut = "stress rank 0 at 3 s: sent 24 received 24 bad 0\nstress rank 1: sent 8 received 8 bad 0\n";
+        assert!(t.add_completed(cut).is_err());
         assert_eq!(t.completed, 2);
+        t.add_killed(cut);
+        assert_eq!((t.killed, t.killed_received, t.killed_bad), (1, 32, 0));
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! `tigon soak`, shortened: stress jobs across two emulated nodes on a wire that drops 5 % of
-//! the frames, a rank SIGKILLed every 10 s while the other job runs on. It must count the
-//! messages of the jobs that completed, lose none, report the agents' memory, and say
+//! `tigon soak`, shortened: stress jobs of 15 s across two emulated nodes on a wire that drops
+//! 5 % of the frames, a rank SIGKILLed every 10 s while the other job runs on. It must count
+//! the messages of the jobs that completed, lose none, report the agents' memory, and say
 //! "passed" with exit status 0. (`make soak` runs it for 10 minutes; not part of `make test`.)
 //!
 //! The agents pin lcores 0 and 1: nextest runs this binary in the `dpdk-pinned` group.
@@ -48,6 +48,21 @@ fn short_soak_loses_nothing() {
         "{text}"
     );
     assert_eq!(out.matches(" RSS: start ").count(), 2, "{text}");
+    // Jobs ended both ways: completed (counted above) and killed (what they received before).
+    let completed: u64 = out
+        .split(" jobs ran to completion")
+        .next()
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        completed >= 2,
+        "expected jobs that ran to completion: {text}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("jobs that lost a rank: ") && l.ends_with(", 0 damaged")),
+        "{text}"
+    );
     // The wire did drop frames, and the agents made up for them.
     assert!(
         out.lines()

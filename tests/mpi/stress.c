@@ -4,8 +4,11 @@
    Then each rank prints
        stress rank R: sent S received V bad B
    (S messages sent, V received intact, B received with a wrong length or content) and exits
-   1 if B > 0. A lost message never completes its round: the job then hangs, which the caller
-   (`tigon soak`) detects. Run with an even number of ranks. */
+   1 if B > 0; about every second before that, the same counts so far as
+       stress rank R at T s: sent S received V bad B
+   (so that a job whose rank is killed still shows what it received). A lost message never
+   completes its round: the job then hangs, which the caller (`tigon soak`) detects. Run with
+   an even number of ranks. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,7 +59,7 @@ int main(int argc, char **argv)
         rbuf[i] = malloc(MAX_SIZE);
     }
     long long sent = 0, received = 0, bad = 0;
-    double t0 = MPI_Wtime();
+    double t0 = MPI_Wtime(), last_report = t0;
     int stop = 0;
     for (long round = 0; !stop; round++) {
         MPI_Request req[2 * PER_ROUND];
@@ -83,8 +86,15 @@ int main(int argc, char **argv)
             else
                 bad++;
         }
+        double now = MPI_Wtime();
+        if (now - last_report >= 1.0) {
+            last_report = now;
+            printf("stress rank %d at %.0f s: sent %lld received %lld bad %lld\n", rank,
+                   now - t0, sent, received, bad);
+            fflush(stdout);
+        }
         if (rank == 0)
-            stop = MPI_Wtime() - t0 >= seconds;
+            stop = now - t0 >= seconds;
         MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
     printf("stress rank %d: sent %lld received %lld bad %lld\n", rank, sent, received, bad);
