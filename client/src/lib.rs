@@ -85,7 +85,8 @@ pub struct Status {
     pub match_bits: u64,
     /// Length as sent.
     pub len: u64,
-    /// Bytes delivered.
+    /// Bytes delivered; for [`Client::improbe`], bytes already at the node (`len` when the
+    /// message is whole there: its receive then takes one pass of the agent, no network).
     pub received: u64,
     pub truncated: bool,
 }
@@ -107,6 +108,16 @@ pub enum Done {
     CancelResult {
         cancelled: bool,
     },
+}
+
+/// A finished operation that was given a context with [`Client::notify`].
+#[derive(Debug)]
+pub struct Notified {
+    pub ctx: u64,
+    /// The operation's handle: a caller that reuses contexts checks it is the operation it
+    /// expects.
+    pub req: Req,
+    pub result: Result<Done>,
 }
 
 /// Where a receive's bytes go.
@@ -166,7 +177,7 @@ struct Inner {
     slots: Vec<Slot>,
     dead: Option<String>,
     last_check: Instant,
-    ready: std::collections::VecDeque<(u64, Result<Done>)>,
+    ready: std::collections::VecDeque<Notified>,
 }
 
 /// A rank's attachment to its node agent.
@@ -613,6 +624,27 @@ impl Client {
         }
     }
 
+    /// Asks the agent to abandon a pending operation: from the answer on, the agent reads
+    /// and writes none of its memory, while the operation goes on (a receive still takes its
+    /// message) and completes as usual, perhaps with an error. For MPI_Request_free of an
+    /// active receive, whose buffer the program may reuse at once. `Ok(false)`: it had
+    /// finished already.
+    pub fn abandon(&self, target: Req) -> Result<bool> {
+        let d = Desc {
+            op: Op::Cancel as u8,
+            flags: channel::FLAG_ABANDON,
+            handle: target.idx as u64,
+            user: target.generation as u64,
+            data_idx: NO_DATA,
+            ..Desc::default()
+        };
+        let r = self.lock().submit(d, Pending::Cancel)?;
+        match self.wait(r)? {
+            Done::CancelResult { cancelled } => Ok(cancelled),
+            _ => Err(Error::BadRequest),
+        }
+    }
+
     /// Moves completions out of the channel; returns how many arrived.
     pub fn progress(&self) -> usize {
         self.lock().progress()
@@ -662,10 +694,14 @@ impl Client {
             return Err(Error::BadRequest);
         }
         match slot.done.take() {
-            Some(d) => {
+            Some(result) => {
                 slot.what = None;
                 g.free_desc.push(r.idx);
-                g.ready.push_back((ctx, d));
+                g.ready.push_back(Notified {
+                    ctx,
+                    req: r,
+                    result,
+                });
             }
             None => slot.ctx = Some(ctx),
         }
@@ -673,7 +709,7 @@ impl Client {
     }
 
     /// Progresses and moves every finished notified request into `out`; returns how many.
-    pub fn drain(&self, out: &mut Vec<(u64, Result<Done>)>) -> usize {
+    pub fn drain(&self, out: &mut Vec<Notified>) -> usize {
         let mut g = self.lock();
         g.progress();
         let n = g.ready.len();
@@ -815,9 +851,16 @@ impl Inner {
             if s.what.is_some() && s.done.is_none() {
                 let e = Err(Error::AgentGone(why.clone()));
                 match s.ctx {
-                    Some(c) => {
+                    Some(ctx) => {
                         s.what = None;
-                        self.ready.push_back((c, e));
+                        self.ready.push_back(Notified {
+                            ctx,
+                            req: Req {
+                                idx: i as u32,
+                                generation: s.generation,
+                            },
+                            result: e,
+                        });
                         self.free_desc.push(i as u32);
                     }
                     None => s.done = Some(e),
@@ -947,8 +990,12 @@ impl Inner {
         };
         let slot = &mut self.slots[idx as usize];
         if let Some(ctx) = slot.ctx {
+            let req = Req {
+                idx,
+                generation: slot.generation,
+            };
             self.free_desc.push(idx);
-            self.ready.push_back((ctx, result));
+            self.ready.push_back(Notified { ctx, req, result });
         } else {
             slot.what = Some(Pending::Probe); // keeps the slot pending until `take`
             slot.done = Some(result);

@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,6 +34,8 @@
 
 /* Defined in Rust (src/component.rs) with the layout of mca_mtl_base_component_2_0_0_t. */
 extern mca_mtl_base_component_2_0_0_t mca_mtl_tigon_component;
+/* Defined in Rust (src/request.rs): the program frees `req`, which may still be active. */
+extern void tigon_request_freeing(struct mca_mtl_request_t *req);
 
 static struct tigon_params params = {
     .priority = 30,
@@ -291,6 +295,66 @@ void tigon_request_error(struct mca_mtl_request_t *req, int error)
 }
 
 void tigon_request_callback(struct mca_mtl_request_t *req) { req->completion_callback(req); }
+
+/*
+ * MPI_Request_free of an active receive. The cm PML frees a request through its
+ * ompi_request_t's req_free, without telling the MTL, and returns the request to its free list
+ * only once the MTL completes it; but the program may reuse the receive buffer at once. The
+ * hook lets the MTL hear of the free first (it then makes sure nothing writes that buffer any
+ * more). A function pointer carries no context, so each (PML free function, offset of the MTL
+ * request in the PML request) pair gets one of a few fixed hook functions; pml cm has two such
+ * pairs (thin and heavy receive requests).
+ */
+#define TIGON_FREE_HOOKS 4
+typedef int (*tigon_free_fn)(ompi_request_t **);
+static struct {
+    tigon_free_fn orig;
+    ptrdiff_t offset;
+} free_hooks[TIGON_FREE_HOOKS];
+static volatile int n_free_hooks = 0;
+static pthread_mutex_t free_hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int free_hook(int i, ompi_request_t **rp)
+{
+    tigon_request_freeing((struct mca_mtl_request_t *) ((char *) *rp + free_hooks[i].offset));
+    return free_hooks[i].orig(rp);
+}
+static int free_hook0(ompi_request_t **rp) { return free_hook(0, rp); }
+static int free_hook1(ompi_request_t **rp) { return free_hook(1, rp); }
+static int free_hook2(ompi_request_t **rp) { return free_hook(2, rp); }
+static int free_hook3(ompi_request_t **rp) { return free_hook(3, rp); }
+static const tigon_free_fn free_hook_fns[TIGON_FREE_HOOKS] = {free_hook0, free_hook1,
+                                                              free_hook2, free_hook3};
+
+bool tigon_hook_request_free(struct mca_mtl_request_t *req)
+{
+    ompi_request_t *r = req->ompi_req;
+    tigon_free_fn f = r->req_free;
+    ptrdiff_t offset = (char *) req - (char *) r;
+    for (int i = 0; i < TIGON_FREE_HOOKS; i++) {
+        if (f == free_hook_fns[i]) {
+            return true; /* hooked when this request object was used before */
+        }
+    }
+    bool ok = false;
+    pthread_mutex_lock(&free_hooks_lock);
+    int n = n_free_hooks;
+    for (int i = 0; i <= n && i < TIGON_FREE_HOOKS; i++) {
+        if (i == n) {
+            /* A new pair: filled before the count (and the request) publishes it. */
+            free_hooks[i].orig = f;
+            free_hooks[i].offset = offset;
+            __atomic_store_n(&n_free_hooks, n + 1, __ATOMIC_RELEASE);
+        } else if (free_hooks[i].orig != f || free_hooks[i].offset != offset) {
+            continue;
+        }
+        r->req_free = free_hook_fns[i];
+        ok = true;
+        break;
+    }
+    pthread_mutex_unlock(&free_hooks_lock);
+    return ok;
+}
 
 void tigon_status_set(struct ompi_status_public_t *st, int source, int tag, int error,
                       size_t count)

@@ -82,6 +82,10 @@ void tigon_request_status(struct mca_mtl_request_t *req, int source, int tag, in
 void tigon_request_error(struct mca_mtl_request_t *req, int error);
 /* ... then its completion callback, after which the request may be gone. */
 void tigon_request_callback(struct mca_mtl_request_t *req);
+/* Makes MPI_Request_free of the receive `req` (its ompi_request_t's req_free) call
+   tigon_request_freeing(req) before the PML's own free function; idempotent. False when no
+   hook slot is left (then nothing changed). */
+bool tigon_hook_request_free(struct mca_mtl_request_t *req);
 /* A probe's status. */
 void tigon_status_set(struct ompi_status_public_t *st, int source, int tag, int error,
                       size_t count);

@@ -5,21 +5,22 @@
 use crate::ffi::{self, ompi_communicator_t, ompi_message_t};
 use std::os::raw::c_int;
 
-/// What `req_ptr` points to.
-struct Matched {
-    handle: u64,
+/// A message taken by an improbe: what `req_ptr` points to.
+pub struct Taken {
+    pub handle: u64,
+    /// Every byte of it was at the node (the agent said so): its receive completes at once.
+    pub arrived: bool,
 }
 
 /// Allocates the message for a successful improbe into `*msg`.
 pub fn matched(
     comm: *mut ompi_communicator_t,
     source: c_int,
-    _tag: c_int,
     len: u64,
-    handle: u64,
+    taken: Taken,
     msg: *mut *mut ompi_message_t,
 ) -> c_int {
-    let data = Box::into_raw(Box::new(Matched { handle }));
+    let data = Box::into_raw(Box::new(taken));
     // SAFETY: `comm` is live; the message keeps `data` until `take`.
     let m = unsafe { ffi::tigon_message_alloc(comm, source, len as usize, data.cast()) };
     if m.is_null() {
@@ -32,19 +33,19 @@ pub fn matched(
     ffi::OMPI_SUCCESS
 }
 
-/// Takes the handle out of a message from [`matched`], returns the message to Open MPI and
-/// sets `*msg` to MPI_MESSAGE_NULL.
-pub fn take(msg: *mut *mut ompi_message_t) -> Option<u64> {
+/// Takes what [`matched`] stored out of a message, returns the message to Open MPI and sets
+/// `*msg` to MPI_MESSAGE_NULL.
+pub fn take(msg: *mut *mut ompi_message_t) -> Option<Taken> {
     // SAFETY: Open MPI passes a valid pointer to a message handle.
     if msg.is_null() || unsafe { *msg }.is_null() {
         return None;
     }
     // SAFETY: `*msg` is a message allocated by `matched` (imrecv only gets messages of this
     // MTL's improbe); its req_ptr is our box, taken exactly once here.
-    let data = unsafe { ffi::tigon_message_take(msg) } as *mut Matched;
+    let data = unsafe { ffi::tigon_message_take(msg) } as *mut Taken;
     if data.is_null() {
         return None;
     }
     // SAFETY: see above.
-    Some(unsafe { Box::from_raw(data) }.handle)
+    Some(*unsafe { Box::from_raw(data) })
 }

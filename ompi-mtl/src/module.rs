@@ -14,8 +14,8 @@ use crate::report::trace;
 use crate::request::{self, Kind, Request, State};
 use crate::{endpoint, message, report};
 use std::os::raw::c_int;
-use std::sync::atomic::Ordering;
-use tigon_client::{RecvInto, Req};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tigon_client::RecvInto;
 use tigon_engine::matching::{match_bits, split_bits};
 use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
 
@@ -221,7 +221,12 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
             .isend_raw(peer, bits, me, data.buf, data.len, mode)
             .inspect_err(|_| data.free())
     };
-    match r.and_then(|r| m.client.notify(r, req as u64)) {
+    let r = r.and_then(|r| {
+        // SAFETY: the request is ours until notified; its completion checks this field.
+        unsafe { (*req).st.op = Some(r) };
+        m.client.notify(r, req as u64)
+    });
+    match r {
         Ok(()) => Ok(Started::Notified),
         Err(e) => {
             request::failure(m, &e);
@@ -330,8 +335,10 @@ fn recv_buf(conv: *mut opal_convertor_t) -> Result<(*mut u8, usize, bool), c_int
 /// What to post: a receive matching a spec, or the message of an mprobe.
 enum Target {
     Match(MatchSpec),
-    Message(u64),
+    Message(message::Taken),
 }
+
+static HOOK_MISSING_TOLD: AtomicBool = AtomicBool::new(false);
 
 /// Posts a receive for the PML request `mtl_request`.
 fn post_recv(
@@ -349,6 +356,16 @@ fn post_recv(
     st.convertor = conv;
     // SAFETY: the PML hands us its request for this receive; nothing else refers to it yet.
     let req = unsafe { request::start(mtl_request, st) };
+    // MPI_Request_free of this receive while it is active must reach us (see request.rs).
+    // SAFETY: the PML set up the request's ompi_req before calling us.
+    if !unsafe { ffi::tigon_hook_request_free(mtl_request) }
+        && !HOOK_MISSING_TOLD.swap(true, Ordering::Relaxed)
+    {
+        report::always(
+            "mtl:tigon: cannot watch MPI_Request_free of receives (an unknown PML request \
+             type): a receive freed while active may still write its buffer",
+        );
+    }
     // SAFETY: `buf` holds `len` writable bytes (the user's buffer or a bounce buffer) that the
     // PML keeps alive and untouched until this request completes.
     let direct = unsafe { RecvInto::raw(buf, len) };
@@ -358,22 +375,45 @@ fn post_recv(
     } else {
         u64::MAX
     };
+    // An mprobed message already whole at the node is received before MPI_Imrecv returns,
+    // as Open MPI's own PMLs do: a program that tests such a request once and drops it (with
+    // its buffer) must not get its buffer written later.
+    let mut now = false;
     let posted = match target {
         Target::Match(spec) => m.client.irecv_or(spec, cap, direct),
-        Target::Message(h) => m.client.imrecv_or(h, cap, direct),
+        Target::Message(t) => {
+            now = t.arrived;
+            m.client.imrecv_or(t.handle, cap, direct)
+        }
     };
-    let r: Result<Req, _> = posted.map(|(r, channel)| {
-        trace!("recv {req:p} len {len} channel {channel} -> {r:?}");
-        r
-    });
-    let r = r.and_then(|r| {
-        // SAFETY: the request is ours until notified; cancel reads this field later.
-        unsafe { (*req).st.client_req = Some(r) };
+    let r = posted.and_then(|(r, channel)| {
+        trace!("recv {req:p} len {len} channel {channel} now {now} -> {r:?}");
+        // SAFETY: the request is ours until notified; cancel, abandon and the completion read
+        // these fields later.
+        unsafe {
+            (*req).st.op = Some(r);
+            (*req).st.direct = !channel;
+        }
+        if now {
+            let result = m.client.wait(r);
+            // SAFETY: `req` holds operation `r`, which nothing else completes (not notified).
+            unsafe { request::complete(m, req as u64, r, result) };
+            // A synchronous send this receive matched on this node completed with it.
+            request::progress_now();
+            return Ok(());
+        }
         m.client.notify(r, req as u64)
     });
     match r {
         Ok(()) => ffi::OMPI_SUCCESS,
         Err(e) => {
+            // SAFETY: as above; nothing will complete this request.
+            unsafe {
+                (*req)
+                    .st
+                    .phase
+                    .store(request::phase::IDLE, Ordering::Release)
+            };
             if free_after {
                 // SAFETY: the bounce buffer was malloc'd for this receive, which never started.
                 unsafe { libc::free(buf.cast()) };
@@ -467,7 +507,11 @@ unsafe extern "C" fn improbe(
     match m.client.improbe(MatchSpec::mpi(cid, src, tag)) {
         Ok(Some((s, handle))) => {
             let tag = split_bits(s.match_bits).1;
-            let rc = message::matched(comm, s.source as c_int, tag, s.len, handle, msg);
+            let taken = message::Taken {
+                handle,
+                arrived: s.received == s.len,
+            };
+            let rc = message::matched(comm, s.source as c_int, s.len, taken, msg);
             if rc != ffi::OMPI_SUCCESS {
                 return rc;
             }
@@ -512,10 +556,10 @@ unsafe extern "C" fn imrecv(
         Ok(m) => m,
         Err(rc) => return rc,
     };
-    let Some(handle) = message::take(msg) else {
+    let Some(taken) = message::take(msg) else {
         return ffi::OMPI_ERR_BAD_PARAM;
     };
-    post_recv(m, Target::Message(handle), conv, mtl_request)
+    post_recv(m, Target::Message(taken), conv, mtl_request)
 }
 
 unsafe extern "C" fn cancel(
@@ -535,7 +579,7 @@ unsafe extern "C" fn cancel(
     if st.kind != Kind::Recv {
         return ffi::OMPI_SUCCESS; // sends are not cancelled (as in Open MPI's other MTLs)
     }
-    let Some(r) = st.client_req else {
+    let Some(r) = st.op else {
         return ffi::OMPI_SUCCESS;
     };
     match m.client.cancel(r) {

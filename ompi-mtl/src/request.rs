@@ -5,6 +5,13 @@
 //! [`tigon_client::Client::notify`]); [`progress`] drains finished ones, fills the MPI status
 //! and calls the PML's completion callback. `ctx` 0 marks a send that was already complete at
 //! the MPI level (its data was copied into the channel).
+//!
+//! Nothing is written into the rank's memory for an operation that is not the one in flight
+//! in that request: each completion names the client operation it finishes, which must be the
+//! one the request holds ([`State::op`]) and still be in flight ([`State::phase`]). A receive
+//! the program frees while it is active (MPI_Request_free, seen through the hook of
+//! `tigon_hook_request_free`) is abandoned: the agent is told to stop writing its buffer
+//! before MPI_Request_free returns, and its completion writes nothing either.
 
 use crate::component::{Mtl, mtl};
 use crate::ffi::{self, mca_mtl_request_t, opal_convertor_t};
@@ -13,9 +20,9 @@ use crate::report::trace;
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tigon_client::{Done, Error, Req};
+use tigon_client::{Done, Error, Notified, Req};
 use tigon_engine::channel::status;
 use tigon_engine::matching::split_bits;
 
@@ -30,6 +37,17 @@ pub enum Kind {
     Recv,
 }
 
+/// Where an operation is ([`State::phase`]).
+pub mod phase {
+    /// Not started, or finished: a completion for it is stale and dropped.
+    pub const IDLE: u8 = 0;
+    pub const ACTIVE: u8 = 1;
+    /// Its completion is writing the results into the program's memory.
+    pub const COMPLETING: u8 = 2;
+    /// A receive the program freed while active: its completion writes nothing.
+    pub const ABANDONED: u8 = 3;
+}
+
 /// The MTL's state of one operation.
 pub struct State {
     pub kind: Kind,
@@ -39,8 +57,13 @@ pub struct State {
     /// `buf` is a bounce buffer of the convertor's (non-contiguous datatype): unpack / free it.
     pub free_after: bool,
     pub convertor: *mut opal_convertor_t,
-    /// The client's handle, for cancel (receives).
-    pub client_req: Option<Req>,
+    /// The client's operation this request waits for (cancel, abandon, and the check of each
+    /// completion). Set before the client is asked to notify it.
+    pub op: Option<Req>,
+    /// A receive the agent writes straight into `buf` (not through a channel buffer).
+    pub direct: bool,
+    /// See [`phase`].
+    pub phase: AtomicU8,
     /// Blocking operations: set last by the completion, after which the waiter owns the request.
     pub done: AtomicBool,
     pub error: AtomicI32,
@@ -62,7 +85,9 @@ impl State {
             len,
             free_after,
             convertor: std::ptr::null_mut(),
-            client_req: None,
+            op: None,
+            direct: false,
+            phase: AtomicU8::new(phase::ACTIVE),
             done: AtomicBool::new(false),
             error: AtomicI32::new(ffi::MPI_SUCCESS as c_int),
         }
@@ -113,14 +138,14 @@ fn free_send_buffer(st: &State) {
     }
 }
 
-/// Finishes the operation `ctx` with `result`.
+/// Finishes the operation `ctx` (the client's `op`) with `result`.
 ///
 /// # Safety
-/// `ctx` is 0 or the address of a [`Request`] whose operation was notified with it and is
-/// still pending.
-unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
+/// `ctx` is 0 or the address of a [`Request`] whose operation was notified with it (the
+/// request itself may have moved on to another operation: that is checked).
+pub unsafe fn complete(m: &Mtl, ctx: u64, op: Req, result: tigon_client::Result<Done>) {
     trace!(
-        "done {ctx:#x}: {:?}",
+        "done {ctx:#x} {op:?}: {:?}",
         result.as_ref().map(|d| match d {
             Done::Received { status, .. } => format!("{status:?}"),
             d => format!("{d:?}"),
@@ -141,9 +166,22 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
         return;
     }
     let req = ctx as *mut Request;
-    // SAFETY: per the contract `req` is a live request; only shared access to its state.
+    // SAFETY: `ctx` is the address of a PML request (its memory stays allocated: the PML
+    // keeps requests on a free list); only shared access to its state.
     let st = unsafe { &(*req).st };
     let sup = req.cast::<mca_mtl_request_t>();
+    // The generation check: this completion is for the operation in flight in this request.
+    let from = match st.phase.load(Ordering::Acquire) {
+        p @ (phase::ACTIVE | phase::ABANDONED) if st.op == Some(op) => p,
+        p => {
+            report::always(&format!(
+                "mtl:tigon: internal error: completion of {op:?} for request {ctx:#x}, which \
+                 holds {:?} in phase {p}; ignored",
+                st.op
+            ));
+            return;
+        }
+    };
     match st.kind {
         Kind::Send | Kind::SendWait => {
             let err = match &result {
@@ -151,6 +189,7 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
                 Err(e) => failure(m, e),
             };
             free_send_buffer(st);
+            st.phase.store(phase::IDLE, Ordering::Release);
             if st.kind == Kind::SendWait {
                 st.error.store(err, Ordering::Relaxed);
                 // The waiter may return (and its stack frame go) as soon as it sees this.
@@ -165,61 +204,35 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
             }
         }
         Kind::Recv => {
-            let (source, tag, mut err, count, cancelled) = match result {
-                Ok(Done::Received { status, data }) => {
-                    let mut count = status.received as usize;
-                    if let Some(v) = data {
-                        // Came through a channel buffer: copy it out.
-                        let n = v.len().min(st.len);
-                        if n > 0 {
-                            // SAFETY: `st.buf` holds `st.len` writable bytes (the user's
-                            // buffer or the convertor's bounce buffer) until completion.
-                            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), st.buf, n) };
-                        }
-                        count = n;
-                    }
-                    let err = if status.truncated {
-                        ffi::MPI_ERR_TRUNCATE as c_int
-                    } else {
-                        ffi::MPI_SUCCESS as c_int
-                    };
-                    let tag = split_bits(status.match_bits).1;
-                    (status.source as c_int, tag, err, count, false)
-                }
-                Ok(other) => {
-                    report::always(&format!(
-                        "mtl:tigon: internal error: a receive completed as {other:?}"
-                    ));
-                    (
-                        ffi::MPI_ANY_SOURCE,
-                        ffi::MPI_ANY_TAG,
-                        ffi::MPI_ERR_INTERN as c_int,
-                        0,
-                        false,
+            // Writing the program's memory from here: a free racing with us waits (see
+            // `tigon_request_freeing`), one that came first has made us skip it.
+            let live = from == phase::ACTIVE
+                && st
+                    .phase
+                    .compare_exchange(
+                        phase::ACTIVE,
+                        phase::COMPLETING,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
                     )
-                }
-                Err(e) if is_cancelled(&e) => (
-                    ffi::MPI_ANY_SOURCE,
-                    ffi::MPI_ANY_TAG,
-                    ffi::MPI_SUCCESS as c_int,
-                    0,
-                    true,
-                ),
-                Err(e) => (
-                    ffi::MPI_ANY_SOURCE,
-                    ffi::MPI_ANY_TAG,
-                    failure(m, &e),
-                    0,
-                    false,
-                ),
-            };
+                    .is_ok();
+            let (source, tag, err, count, cancelled) = recv_outcome(m, st, result, live);
+            let mut err = err;
             // SAFETY: unpacks `count` received bytes from the bounce buffer into the user's
-            // datatype and frees it (no-op for contiguous receives).
-            let rc =
-                unsafe { ffi::tigon_unpack(st.convertor, st.buf.cast(), count, st.free_after) };
+            // datatype and frees it (no-op for contiguous receives); for an abandoned receive
+            // only frees it (count 0: nothing unpacked).
+            let rc = unsafe {
+                ffi::tigon_unpack(
+                    st.convertor,
+                    st.buf.cast(),
+                    if live { count } else { 0 },
+                    st.free_after,
+                )
+            };
             if rc != ffi::OMPI_SUCCESS && err == ffi::MPI_SUCCESS as c_int {
                 err = ffi::MPI_ERR_INTERN as c_int;
             }
+            st.phase.store(phase::IDLE, Ordering::Release);
             // SAFETY: the PML request is live until its callback, and untouched after it.
             unsafe {
                 ffi::tigon_request_status(sup, source, tag, err, count, cancelled);
@@ -229,8 +242,98 @@ unsafe fn complete(m: &Mtl, ctx: u64, result: tigon_client::Result<Done>) {
     }
 }
 
+/// A receive's MPI status (source, tag, error, count, cancelled); copies a payload that came
+/// through a channel buffer into the receive buffer when `live`.
+fn recv_outcome(
+    m: &Mtl,
+    st: &State,
+    result: tigon_client::Result<Done>,
+    live: bool,
+) -> (c_int, c_int, c_int, usize, bool) {
+    let nothing = |err| (ffi::MPI_ANY_SOURCE, ffi::MPI_ANY_TAG, err, 0, false);
+    match result {
+        Ok(Done::Received { status, data }) => {
+            let mut count = status.received as usize;
+            if let Some(v) = data {
+                // Came through a channel buffer: copy it out.
+                let n = v.len().min(st.len);
+                if n > 0 && live {
+                    // SAFETY: `st.buf` holds `st.len` writable bytes (the user's buffer or the
+                    // convertor's bounce buffer) until this request completes, unless the
+                    // program freed the request (then `live` is false).
+                    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), st.buf, n) };
+                }
+                count = n;
+            }
+            let err = if status.truncated {
+                ffi::MPI_ERR_TRUNCATE as c_int
+            } else {
+                ffi::MPI_SUCCESS as c_int
+            };
+            let tag = split_bits(status.match_bits).1;
+            (status.source as c_int, tag, err, count, false)
+        }
+        Ok(other) => {
+            report::always(&format!(
+                "mtl:tigon: internal error: a receive completed as {other:?}"
+            ));
+            nothing(ffi::MPI_ERR_INTERN as c_int)
+        }
+        Err(e) if is_cancelled(&e) => (
+            ffi::MPI_ANY_SOURCE,
+            ffi::MPI_ANY_TAG,
+            ffi::MPI_SUCCESS as c_int,
+            0,
+            true,
+        ),
+        // The agent refused to write a freed receive's buffer: nobody to tell.
+        Err(_) if !live => nothing(ffi::MPI_SUCCESS as c_int),
+        Err(e) => nothing(failure(m, &e)),
+    }
+}
+
+/// Called by the hook of `tigon_hook_request_free` when the program frees a receive request
+/// (MPI_Request_free, or Open MPI freeing a completed one). An active receive is abandoned:
+/// once this returns, neither the agent nor the MTL writes its buffer.
+///
+/// # Safety
+/// Called by the shim with a request this MTL initialised (the hook is only installed by
+/// `post_recv`), which the PML keeps allocated until its completion callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tigon_request_freeing(r: *mut mca_mtl_request_t) {
+    // SAFETY: see above; shared access only.
+    let st = unsafe { &(*r.cast::<Request>()).st };
+    if st.kind != Kind::Recv {
+        return;
+    }
+    match st.phase.compare_exchange(
+        phase::ACTIVE,
+        phase::ABANDONED,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            if st.direct
+                && let (Some(m), Some(op)) = (mtl(), st.op)
+            {
+                // Waits for the agent's answer: after it, the agent writes nothing there. An
+                // error (the agent gone) leaves nobody to write it either.
+                let r = m.client.abandon(op);
+                trace!("abandon {op:?}: {r:?}");
+            }
+        }
+        // Its completion is writing the buffer right now (another thread): let it finish.
+        Err(phase::COMPLETING) => {
+            while st.phase.load(Ordering::Acquire) == phase::COMPLETING {
+                std::hint::spin_loop();
+            }
+        }
+        Err(_) => {}
+    }
+}
+
 thread_local! {
-    static DRAINED: Cell<Vec<(u64, tigon_client::Result<Done>)>> = const { Cell::new(Vec::new()) };
+    static DRAINED: Cell<Vec<Notified>> = const { Cell::new(Vec::new()) };
     /// When this thread last called progress and found nothing (ns since `EPOCH`).
     static LAST_EMPTY: Cell<u64> = const { Cell::new(0) };
 }
@@ -292,9 +395,9 @@ pub fn progress_now() -> usize {
     // Taken out of the thread-local: a completion callback may re-enter progress.
     let mut v = DRAINED.take();
     let n = m.client.drain(&mut v);
-    for (ctx, r) in v.drain(..) {
-        // SAFETY: every ctx handed to `notify` is 0 or a pending request's address.
-        unsafe { complete(m, ctx, r) };
+    for d in v.drain(..) {
+        // SAFETY: every ctx handed to `notify` is 0 or a request's address.
+        unsafe { complete(m, d.ctx, d.req, d.result) };
     }
     DRAINED.set(v);
     if n > 0 {

@@ -88,6 +88,19 @@ fn probe_mprobe_3_ranks() {
     run("probe", 3, &[]);
 }
 
+/// Issue 13 without mpi4py: matched probes, synchronous sends and receives freed while
+/// active, to self and across the nodes.
+#[test]
+fn sync_probe_free_2_ranks() {
+    run("sync_probe_free", 2, &["2"]);
+}
+
+/// The same with two ranks per node: also to a rank of the same node (the agent's loopback).
+#[test]
+fn sync_probe_free_4_ranks() {
+    run("sync_probe_free", 4, &["1"]);
+}
+
 #[test]
 fn truncate() {
     run("truncate", 2, &[]);

@@ -33,6 +33,9 @@ struct PendingWrite {
     range: Range<usize>,
     pid: i32,
     addr: u64,
+    /// The reference's region: checked again when the batch goes out, as the operation may
+    /// have ended (or been abandoned) since the frame was queued.
+    region: u64,
 }
 
 struct ReadCache {
@@ -130,8 +133,10 @@ impl AgentCopy {
 
     /// Delivers the batched direct writes: one vectored system call per run of writes to the
     /// same process; on failure, piece by piece, so only the pieces that fail report it.
+    /// Pieces whose operation is no longer armed are not written and report failure.
     fn flush(&mut self) {
         let batch = std::mem::take(&mut self.batch);
+        let live: Vec<bool> = batch.iter().map(|w| self.clients.armed(w.region)).collect();
         let mut i = 0;
         while i < batch.len() {
             let pid = batch[i].pid;
@@ -139,29 +144,41 @@ impl AgentCopy {
             while j < batch.len() && batch[j].pid == pid {
                 j += 1;
             }
-            let pieces: Vec<(&[u8], u64)> = batch[i..j]
-                .iter()
-                .map(|w| (&w.frame.as_ref()[w.range.clone()], w.addr))
+            let pieces: Vec<(&[u8], u64)> = (i..j)
+                .filter(|&k| live[k])
+                .map(|k| {
+                    (
+                        &batch[k].frame.as_ref()[batch[k].range.clone()],
+                        batch[k].addr,
+                    )
+                })
                 .collect();
-            self.direct_syscalls += 1;
-            match tigon_shm::remote::write_vectored(pid, &pieces) {
-                Ok(()) => {
-                    for (b, _) in &pieces {
-                        self.bytes.direct += b.len() as u64;
-                        self.direct_done.push_back(Ok(()));
-                    }
+            self.direct_syscalls += !pieces.is_empty() as u64;
+            let outcomes: Vec<Result<(), CopyError>> =
+                match tigon_shm::remote::write_vectored(pid, &pieces) {
+                    Ok(()) => pieces.iter().map(|_| Ok(())).collect(),
+                    Err(_) => pieces
+                        .iter()
+                        .map(|(b, a)| {
+                            self.direct_syscalls += 1;
+                            tigon_shm::remote::write(pid, *a, b)
+                                .map_err(|e| CopyError(format!("writing the client's buffer: {e}")))
+                        })
+                        .collect(),
+                };
+            let mut outcomes = outcomes.into_iter().zip(&pieces);
+            for &alive in &live[i..j] {
+                if !alive {
+                    self.direct_done.push_back(Err(CopyError(
+                        "the operation of this buffer is over or abandoned".into(),
+                    )));
+                    continue;
                 }
-                Err(_) => {
-                    for (b, a) in &pieces {
-                        self.direct_syscalls += 1;
-                        let r = tigon_shm::remote::write(pid, *a, b)
-                            .map_err(|e| CopyError(format!("writing the client's buffer: {e}")));
-                        if r.is_ok() {
-                            self.bytes.direct += b.len() as u64;
-                        }
-                        self.direct_done.push_back(r);
-                    }
+                let (r, (b, _)) = outcomes.next().expect("one outcome per live piece");
+                if r.is_ok() {
+                    self.bytes.direct += b.len() as u64;
                 }
+                self.direct_done.push_back(r);
             }
             i = j;
         }
@@ -193,6 +210,7 @@ impl CopyEngine<RxFrame> for AgentCopy {
                     range,
                     pid,
                     addr,
+                    region: dst.region,
                 });
                 return Ok(false);
             }

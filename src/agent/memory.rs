@@ -1,28 +1,38 @@
 //! Client memory as the agent's copy engine sees it: resolves [`BufRef`]s into client
 //! channels or client address spaces, and moves bytes there with the CPU.
 //!
-//! A `BufRef` names client slot, slot generation and kind in `region` (so a reference to a
-//! departed client's memory fails instead of landing in its successor's), and the byte
+//! A `BufRef` names the client slot, the operation and the kind in `region`, and the byte
 //! address in `addr`: an offset in the channel region, or an address in the client process.
+//! The operation is a token armed while the client's request is in flight: once the request
+//! has completed, or the client abandoned it (MPI_Request_free of an active receive), or the
+//! client left, the reference resolves to nothing, so no late copy lands in memory the rank
+//! has taken back (or in the memory of whoever got its slot next).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use tigon_engine::channel::Payload;
 use tigon_engine::{BufRef, CopyError};
 use tigon_shm::Region;
 
 const DIRECT: u64 = 1;
+/// Tokens are 31 bits (bits 1..32 of `region`).
+const TOKEN_MASK: u32 = 0x7fff_ffff;
 
-/// The reference the engine carries for `payload` of client `slot` (generation `generation`).
-pub fn bufref(slot: u32, generation: u32, payload: Payload) -> BufRef {
+/// The reference the engine carries for `payload` of the operation `token` of client `slot`.
+pub fn bufref(slot: u32, token: u32, payload: Payload) -> BufRef {
     let (direct, addr, len) = match payload {
         Payload::Direct { addr, len } => (true, addr, len),
         Payload::Buffer { offset, len } => (false, offset, len),
     };
     BufRef::new(
-        ((slot as u64) << 32) | ((generation as u64) << 1) | direct as u64,
+        ((slot as u64) << 32) | (((token & TOKEN_MASK) as u64) << 1) | direct as u64,
         addr,
         len,
     )
+}
+
+fn slot_token(region: u64) -> (usize, u32) {
+    ((region >> 32) as usize, ((region >> 1) as u32) & TOKEN_MASK)
 }
 
 /// Copy engines that keep the table of client memory.
@@ -32,7 +42,8 @@ pub trait ClientCopy {
 
 /// What the copy engine knows of a client.
 pub struct ClientMem {
-    pub generation: u32,
+    /// Tokens of the client's operations whose buffers may be touched.
+    pub armed: HashSet<u32>,
     pub region: Arc<Region>,
     /// The client's process, for direct copies.
     pub pid: i32,
@@ -44,6 +55,7 @@ pub struct ClientMem {
 #[derive(Default)]
 pub struct Clients {
     slots: Vec<Option<ClientMem>>,
+    next_token: u32,
 }
 
 /// Where a resolved reference lands.
@@ -68,6 +80,38 @@ impl Clients {
         self.slots.get_mut(slot as usize).and_then(Option::take)
     }
 
+    /// A new token for an operation of client `slot`, armed: its buffers resolve until
+    /// [`Clients::disarm`]. Tokens are agent-wide (a successor in the slot never holds a
+    /// departed client's) and skip those still armed when the counter wraps.
+    pub fn arm(&mut self, slot: u32) -> u32 {
+        let Some(m) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return 0;
+        };
+        loop {
+            self.next_token = self.next_token.wrapping_add(1) & TOKEN_MASK;
+            if self.next_token != 0 && m.armed.insert(self.next_token) {
+                return self.next_token;
+            }
+        }
+    }
+
+    /// The operation `token` of client `slot` is over (or abandoned): its buffers no longer
+    /// resolve.
+    pub fn disarm(&mut self, slot: u32, token: u32) {
+        if let Some(m) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            m.armed.remove(&token);
+        }
+    }
+
+    /// Whether a reference in `region` may still be used.
+    pub fn armed(&self, region: u64) -> bool {
+        let (slot, token) = slot_token(region);
+        self.slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|m| m.armed.contains(&token))
+    }
+
     /// Resolves `b` plus `off`, checking `len` bytes fit the reference.
     pub fn resolve(&self, b: &BufRef, off: u64, len: usize) -> Result<Target<'_>, CopyError> {
         let end = off.checked_add(len as u64).filter(|&e| e <= b.len);
@@ -77,14 +121,17 @@ impl Clients {
                 b.len
             )));
         }
-        let slot = (b.region >> 32) as usize;
-        let generation = ((b.region & 0xffff_ffff) >> 1) as u32;
+        let (slot, token) = slot_token(b.region);
         let m = self
             .slots
             .get(slot)
             .and_then(Option::as_ref)
-            .filter(|m| m.generation == generation)
             .ok_or_else(|| CopyError("the client of this buffer is gone".into()))?;
+        if !m.armed.contains(&token) {
+            return Err(CopyError(
+                "the operation of this buffer is over or abandoned".into(),
+            ));
+        }
         let at = b
             .addr
             .checked_add(off)
@@ -117,5 +164,78 @@ impl Target<'_> {
             Target::Direct(pid, addr) => tigon_shm::remote::read(pid, addr, out)
                 .map_err(|e| CopyError(format!("reading the client's buffer: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(pid: i32) -> ClientMem {
+        ClientMem {
+            armed: HashSet::new(),
+            region: Arc::new(Region::create("memory-test", 4096, false).unwrap()),
+            pid,
+            ext: None,
+        }
+    }
+
+    /// A reference resolves while its operation is armed, and never after: not once it is
+    /// disarmed (completed or abandoned), not for a client that took over the slot.
+    #[test]
+    fn references_resolve_only_while_their_operation_is_armed() {
+        let mut c = Clients::default();
+        c.insert(3, client(100));
+        let t = c.arm(3);
+        let direct = bufref(
+            3,
+            t,
+            Payload::Direct {
+                addr: 0x1000,
+                len: 64,
+            },
+        );
+        let chan = bufref(
+            3,
+            t,
+            Payload::Buffer {
+                offset: 128,
+                len: 64,
+            },
+        );
+        assert!(matches!(
+            c.resolve(&direct, 8, 8),
+            Ok(Target::Direct(100, 0x1008))
+        ));
+        assert!(matches!(
+            c.resolve(&chan, 0, 64),
+            Ok(Target::Channel(_, 128))
+        ));
+        assert!(c.resolve(&chan, 1, 64).is_err(), "overrun");
+        let u = c.arm(3);
+        assert_ne!(t, u);
+        c.disarm(3, t);
+        assert!(!c.armed(direct.region));
+        assert!(c.resolve(&direct, 0, 1).is_err());
+        assert!(c.resolve(&chan, 0, 1).is_err());
+        // The other operation of that client is unaffected.
+        let other = bufref(
+            3,
+            u,
+            Payload::Direct {
+                addr: 0x2000,
+                len: 4,
+            },
+        );
+        assert!(c.resolve(&other, 0, 4).is_ok());
+        // The client leaves, another takes its slot: the old reference does not resolve in it.
+        c.remove(3);
+        c.insert(3, client(200));
+        assert!(c.resolve(&other, 0, 4).is_err());
+        let v = c.arm(3);
+        assert!(v != u && v != t, "tokens are not reused across clients");
+        assert!(
+            c.arm(9) == 0 && !c.armed(bufref(9, 0, Payload::Direct { addr: 0, len: 0 }).region)
+        );
     }
 }

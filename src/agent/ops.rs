@@ -48,12 +48,18 @@ pub fn start<L: Link, C: CopyEngine<L::Frame>>(
             return Started::Done(probed(found));
         }
         Request::MProbe { spec } => {
-            let found = eng
-                .improbe(ep, spec)
-                .map(|o| o.map(|(h, info)| (info, h.as_u64())));
-            return Started::Done(probed(found));
+            let found = eng.improbe(ep, spec);
+            let arrived = matches!(found, Ok(Some((h, _))) if eng.message_arrived(h));
+            let mut done = probed(found.map(|o| o.map(|(h, info)| (info, h.as_u64()))));
+            if arrived {
+                // All of it is here: the client may wait for its MRecv, which takes no more
+                // than one pass of the engine.
+                done.received = done.info_len;
+            }
+            return Started::Done(done);
         }
-        Request::Cancel { target } => {
+        // Abandoning is the agent's business (serve.rs), not the engine's: as a cancel here.
+        Request::Cancel { target, .. } => {
             let cancelled = cancellable(target).is_some_and(|r| eng.cancel(r));
             return Started::Done(Completion::status(if cancelled {
                 status::OK

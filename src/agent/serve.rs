@@ -14,14 +14,16 @@
 
 use super::memory::{self, ClientCopy, ClientMem};
 use super::ops::{self, Started};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use tigon_engine::channel::{Channel, Completion, Submitted};
+use tigon_engine::channel::{Channel, Completion, Request, Submitted, status};
 use tigon_engine::{CopyEngine, EndpointAddr, Engine, Link, ReqId};
 
 struct InFlight {
     user: u64,
     req: Option<ReqId>,
+    /// Its buffers' token (see `memory`): disarmed when it completes or is abandoned.
+    token: u32,
 }
 
 struct Client {
@@ -29,8 +31,10 @@ struct Client {
     ch: Channel,
     ep: u16,
     inflight: Vec<Option<InFlight>>,
-    /// Completions the ring could not take yet (cannot happen with a correct client).
-    backlog: VecDeque<u32>,
+    /// Completions written but not on the ring yet: those of one pass go on it together
+    /// (the client sees a receive and the synchronous send it matched complete at once), and
+    /// wait here while the ring is full (cannot happen with a correct client).
+    outbox: Vec<u32>,
     /// Completions queued since the client was last woken.
     pushed: bool,
 }
@@ -92,7 +96,7 @@ impl Served {
         eng.copy_engine_mut().clients().insert(
             slot,
             ClientMem {
-                generation,
+                armed: HashSet::new(),
                 region: ch.region.clone(),
                 pid,
                 ext,
@@ -104,7 +108,7 @@ impl Served {
             ch,
             ep: addr.ep,
             inflight: (0..n).map(|_| None).collect(),
-            backlog: VecDeque::new(),
+            outbox: Vec::new(),
             pushed: false,
         };
         if self.clients.len() <= slot as usize {
@@ -190,6 +194,7 @@ impl Served {
             }
         }
         if n > 0 {
+            self.publish();
             self.wake_clients();
         }
         n
@@ -220,14 +225,41 @@ impl Served {
         if c.inflight[idx as usize].is_some() {
             return Err(invalid(&format!("descriptor {idx} submitted twice")));
         }
-        c.inflight[idx as usize] = Some(InFlight { user, req: None });
+        if let Request::Cancel {
+            target,
+            abandon: true,
+        } = request
+        {
+            // The target's tag is the one this request carries (as for a cancel).
+            let status = match c.inflight.get(target as usize) {
+                Some(Some(t)) if t.user == user => {
+                    eng.copy_engine_mut().clients().disarm(slot, t.token);
+                    status::OK
+                }
+                _ => status::NO_MATCH,
+            };
+            c.inflight[idx as usize] = Some(InFlight {
+                user,
+                req: None,
+                token: 0,
+            });
+            self.stats.inflight += 1;
+            self.finish(eng, slot, idx, Completion::status(status));
+            return Ok(());
+        }
+        let token = eng.copy_engine_mut().clients().arm(slot);
+        c.inflight[idx as usize] = Some(InFlight {
+            user,
+            req: None,
+            token,
+        });
         self.stats.inflight += 1;
-        let (generation, inflight) = (c.generation, &c.inflight);
+        let inflight = &c.inflight;
         let started = ops::start(
             eng,
             c.ep,
             request,
-            |payload| memory::bufref(slot, generation, payload),
+            |payload| memory::bufref(slot, token, payload),
             // A cancel names a descriptor of this client, with the tag it was submitted with.
             |target| match inflight.get(target as usize) {
                 Some(Some(t)) if t.user == user => t.req,
@@ -241,19 +273,27 @@ impl Served {
                     f.req = Some(r);
                 }
             }
-            Started::Done(done) => self.finish(slot, idx, done),
+            Started::Done(done) => self.finish(eng, slot, idx, done),
         }
         Ok(())
     }
 
-    /// Writes the result of descriptor `idx` and hands it back to its client.
-    fn finish(&mut self, slot: u32, idx: u32, done: Completion) {
+    /// Writes the result of descriptor `idx` and hands it back to its client. From here on
+    /// nothing of the agent touches the request's buffers.
+    fn finish<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
+        &mut self,
+        eng: &mut Engine<L, C>,
+        slot: u32,
+        idx: u32,
+        done: Completion,
+    ) {
         let Some(c) = self.clients.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
         let Some(f) = c.inflight[idx as usize].take() else {
             return;
         };
+        eng.copy_engine_mut().clients().disarm(slot, f.token);
         self.stats.inflight -= 1;
         self.stats.completions += 1;
         // The client's own tag, even if it scribbled over the descriptor meanwhile.
@@ -264,11 +304,22 @@ impl Served {
         if c.ch.write_completion(idx, &done).is_err() {
             return;
         }
-        if !c.backlog.is_empty() || !matches!(c.ch.completions.push(idx), Ok(true)) {
-            self.stats.ring_full += 1;
-            c.backlog.push_back(idx);
-        } else {
-            c.pushed = true;
+        c.outbox.push(idx);
+    }
+
+    /// Puts every client's finished descriptors on its completion ring, each client's all at
+    /// once.
+    fn publish(&mut self) {
+        for c in self.clients.iter_mut().flatten() {
+            if c.outbox.is_empty() {
+                continue;
+            }
+            let n = c.ch.completions.push_all(&c.outbox).unwrap_or(0);
+            if n < c.outbox.len() {
+                self.stats.ring_full += 1;
+            }
+            c.outbox.drain(..n);
+            c.pushed |= n > 0;
         }
     }
 
@@ -282,18 +333,10 @@ impl Served {
             n += 1;
             // Operations of a departed client find no one to tell.
             if let Some((slot, idx)) = self.by_req.remove(&comp.req) {
-                self.finish(slot, idx, ops::completed(comp.result));
+                self.finish(eng, slot, idx, ops::completed(comp.result));
             }
         }
-        for c in self.clients.iter_mut().flatten() {
-            while let Some(&i) = c.backlog.front() {
-                if !matches!(c.ch.completions.push(i), Ok(true)) {
-                    break;
-                }
-                c.backlog.pop_front();
-                c.pushed = true;
-            }
-        }
+        self.publish();
         self.wake_clients();
         n
     }

@@ -40,6 +40,9 @@ pub const FLAG_DIRECT: u8 = 1;
 pub const FLAG_SYNC: u8 = 2;
 /// Receive/probe from any source (`src_rank` ignored).
 pub const FLAG_ANY_SOURCE: u8 = 4;
+/// Cancel: do not cancel the target, abandon it: the engine no longer touches its memory
+/// (MPI_Request_free of an active receive), while the operation itself goes on.
+pub const FLAG_ABANDON: u8 = 8;
 
 /// Completion status codes.
 pub mod status {
@@ -82,7 +85,8 @@ pub struct Desc {
     pub info_bits: u64,
     /// Length of the message as sent.
     pub info_len: u64,
-    /// Bytes delivered into the buffer.
+    /// Bytes delivered into the buffer; for an MProbe, bytes of the message already at the
+    /// node (all of them: its MRecv completes without waiting for the network).
     pub received: u64,
     pub truncated: bool,
 }

@@ -20,7 +20,8 @@ mod layout;
 mod request;
 
 pub use desc::{
-    Completion, DESC_LEN, Desc, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op, status,
+    Completion, DESC_LEN, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op,
+    status,
 };
 pub use layout::{Geometry, HEADER_LEN};
 pub use request::{Payload, Request, Submitted};
@@ -32,7 +33,8 @@ use std::sync::atomic::{AtomicU32, Ordering, fence};
 use tigon_shm::{Region, Ring};
 
 pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
-pub const VERSION: u32 = 2;
+/// 3: MProbe reports the bytes already at the node; Cancel may abandon instead.
+pub const VERSION: u32 = 3;
 
 // Header fields.
 const H_MAGIC: usize = 0;

@@ -2,7 +2,7 @@
 //! resolved (the descriptor's bytes are [`Desc`]; a [`Request`] is what they mean, as
 //! smoltcp's `Repr` is to its packets).
 
-use super::desc::{Desc, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op};
+use super::desc::{Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op};
 use super::layout::Geometry;
 use crate::addr::EndpointAddr;
 use crate::matching::MatchSpec;
@@ -43,9 +43,11 @@ pub enum Request {
     MProbe {
         spec: MatchSpec,
     },
-    /// Cancel the client's request in descriptor `target`.
+    /// Cancel the client's request in descriptor `target`, or with `abandon`, stop touching
+    /// its memory and let it go on ([`FLAG_ABANDON`]).
     Cancel {
         target: u32,
+        abandon: bool,
     },
 }
 
@@ -87,6 +89,7 @@ impl Request {
             Op::MProbe => Request::MProbe { spec: spec() },
             Op::Cancel => Request::Cancel {
                 target: d.handle as u32,
+                abandon: d.flags & FLAG_ABANDON != 0,
             },
         })
     }

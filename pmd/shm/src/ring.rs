@@ -84,6 +84,27 @@ impl Ring {
         Ok(true)
     }
 
+    /// Producer: appends as many of `vs` as fit, in order, and publishes them at once (the
+    /// consumer sees all of them or none); returns how many.
+    pub fn push_all(&self, vs: &[u32]) -> Result<usize, Corrupt> {
+        let head = self.prod().load(Ordering::Relaxed);
+        let tail = self.cons().load(Ordering::Acquire);
+        let used = head.wrapping_sub(tail);
+        if used > self.cap {
+            return Err(Corrupt);
+        }
+        let n = vs.len().min((self.cap - used) as usize);
+        for (i, &v) in vs[..n].iter().enumerate() {
+            self.slot(head.wrapping_add(i as u32))
+                .store(v, Ordering::Relaxed);
+        }
+        if n > 0 {
+            self.prod()
+                .store(head.wrapping_add(n as u32), Ordering::Release);
+        }
+        Ok(n)
+    }
+
     /// Consumer: takes the oldest entry, if any.
     pub fn pop(&self) -> Result<Option<u32>, Corrupt> {
         let tail = self.cons().load(Ordering::Relaxed);
@@ -136,6 +157,57 @@ mod tests {
         assert_eq!(ring.pop(), Err(Corrupt));
         assert!(Ring::new(r.clone(), 0, 6).is_err());
         assert!(Ring::new(r, 4000, 64).is_err());
+    }
+
+    #[test]
+    fn push_all_publishes_what_fits_at_once() {
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        let ring = Ring::new(r.clone(), 0, 8).unwrap();
+        assert!(ring.push(100).unwrap());
+        assert_eq!(ring.push_all(&[]).unwrap(), 0);
+        assert_eq!(ring.push_all(&[0, 1, 2]).unwrap(), 3);
+        assert_eq!(ring.len(), 4);
+        // Only four more fit: the rest is left to the caller.
+        assert_eq!(ring.push_all(&[3, 4, 5, 6, 7, 8]).unwrap(), 4);
+        assert_eq!(ring.push_all(&[9]).unwrap(), 0);
+        let got: Vec<u32> = std::iter::from_fn(|| ring.pop().unwrap()).collect();
+        assert_eq!(got, [100, 0, 1, 2, 3, 4, 5, 6]);
+        r.atomic_u32(0).unwrap().store(1000, Ordering::Release);
+        assert_eq!(ring.push_all(&[1]), Err(Corrupt));
+    }
+
+    /// A consumer never sees part of a batch.
+    #[test]
+    fn push_all_is_seen_whole() {
+        let r = Arc::new(Region::create("ring", 8192, false).unwrap());
+        let p = Ring::new(r.clone(), 0, 64).unwrap();
+        let c = p.clone();
+        let batches = 20_000u32;
+        let t = std::thread::spawn(move || {
+            let mut b = 0;
+            while b < batches {
+                let v = [b * 3, b * 3 + 1, b * 3 + 2];
+                if p.capacity() - p.len() >= 3 {
+                    assert_eq!(p.push_all(&v).unwrap(), 3);
+                    b += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut want = 0;
+        while want < batches * 3 {
+            let n = c.len();
+            assert_eq!(n % 3, 0, "a batch seen in part");
+            for _ in 0..n {
+                assert_eq!(c.pop().unwrap(), Some(want));
+                want += 1;
+            }
+            if n == 0 {
+                std::thread::yield_now();
+            }
+        }
+        t.join().unwrap();
     }
 
     #[test]
