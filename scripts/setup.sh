@@ -21,6 +21,8 @@ fi
 PACKAGES=(dpdk dpdk-dev libdpdk-dev openmpi-bin libopenmpi-dev clang libclang-dev pkg-config
     iproute2 nftables netpipe-openmpi python3-mpi4py libfabric-bin build-essential procps
     curl ca-certificates git
+    # ompi-mtl/tests/chaos.rs runs the MTL under memcheck.
+    valgrind
     # tests/guide.rs validates docker/compose.yaml against the Compose schema.
     python3-yaml python3-jsonschema
     # text in the PNG plots of `tigon bench mpi`

@@ -208,6 +208,11 @@ impl Agents {
         tigon_client::agent_stats(&self.sockets[i]).unwrap_or_default()
     }
 
+    /// The agents' process ids.
+    pub fn pids(&self) -> Vec<i32> {
+        self.children.iter().map(|c| c.id() as i32).collect()
+    }
+
     /// Whether both agents still run.
     pub fn alive(&mut self) -> bool {
         self.children
@@ -400,4 +405,99 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// One busy loop per CPU (`sh -c 'while :; do :; done'`), as daemons or oversubscribed ranks
+/// would hold a node's cores; killed on drop.
+pub struct BusyLoops(Vec<Child>);
+
+impl BusyLoops {
+    pub fn start() -> BusyLoops {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        BusyLoops(
+            (0..n)
+                .map(|_| {
+                    let mut c = Command::new("sh");
+                    c.args(["-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null());
+                    die_with_parent(&mut c, libc::SIGKILL);
+                    c.spawn().expect("spawning a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A thread that freezes the agents at random: every 2-20 ms it SIGSTOPs one of them for
+/// 1-8 ms (a descheduled engine, as a loaded node sees it), then SIGCONTs it.
+pub struct Freezer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+    pids: Vec<i32>,
+}
+
+impl Freezer {
+    pub fn start(pids: Vec<i32>, seed: u32) -> Freezer {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, targets) = (stop.clone(), pids.clone());
+        let thread = std::thread::spawn(move || {
+            let mut x = seed | 1;
+            let mut rnd = move |lo: u64, hi: u64| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                lo + x as u64 % (hi - lo + 1)
+            };
+            let mut stops = 0;
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(rnd(2, 20)));
+                let pid = targets[rnd(0, targets.len() as u64 - 1) as usize];
+                // SAFETY: signals one of the agents this test started (their pids are ours
+                // until they are reaped, which happens after this thread is joined).
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                std::thread::sleep(Duration::from_millis(rnd(1, 8)));
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+                stops += 1;
+            }
+            stops
+        });
+        Freezer {
+            stop,
+            thread: Some(thread),
+            pids,
+        }
+    }
+
+    /// Stops freezing; returns how many times an agent was frozen.
+    pub fn finish(mut self) -> u64 {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let n = self.thread.take().map_or(0, |t| t.join().unwrap_or(0));
+        for &pid in &self.pids {
+            // SAFETY: as above; no agent is left stopped, whatever happened.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+        n
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        self.halt();
+    }
 }

@@ -79,17 +79,16 @@ static void to_self(MPI_Comm self, uint32_t round)
         CHECK(flag, "Issend of %zu bytes to self not complete after its Imrecv completed", len);
 
         /* pkl5's last loop: Imrecv, one Test, and the request is let go (freed here, as
-           dropping it is not C) with its buffer reused at once. */
+           dropping it is not C) with its buffer: under memcheck (tests/chaos.rs) a late
+           write by the MTL is an invalid write; without, the next part catches it. */
         MPI_OK(MPI_Issend(sb, (int) len, MPI_BYTE, 0, 3, self, &rs));
         MPI_OK(MPI_Mprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, self, &msg, &s));
         MPI_OK(MPI_Imrecv(rb, (int) len, MPI_BYTE, &msg, &rr));
         MPI_OK(MPI_Test(&rr, &flag, MPI_STATUS_IGNORE));
         if (!flag) MPI_OK(MPI_Request_free(&rr));
-        scribble(rb, len);
+        free(rb);
+        rb = xmalloc(len);
         MPI_OK(MPI_Wait(&rs, MPI_STATUS_IGNORE)); /* the receive has all of it now */
-        long at = scribbled(rb, len);
-        CHECK(at < 0, "freed Imrecv of %zu bytes wrote its buffer (byte %ld) after the free", len,
-              at);
 
         /* A posted receive freed while active still takes its message; nothing is written. */
         MPI_OK(MPI_Irecv(rb, (int) len, MPI_BYTE, 0, 4, self, &rr));
@@ -97,7 +96,7 @@ static void to_self(MPI_Comm self, uint32_t round)
         scribble(rb, len);
         MPI_OK(MPI_Issend(sb, (int) len, MPI_BYTE, 0, 4, self, &rs));
         MPI_OK(MPI_Wait(&rs, MPI_STATUS_IGNORE));
-        at = scribbled(rb, len);
+        long at = scribbled(rb, len);
         CHECK(at < 0, "freed Irecv of %zu bytes wrote its buffer (byte %ld) after the free", len,
               at);
         MPI_OK(MPI_Iprobe(0, 4, self, &flag, MPI_STATUS_IGNORE));
