@@ -3,9 +3,8 @@
 //! Peers Open MPI did not pass to add_procs (`mpi_add_procs_cutoff`, dynamic processes) are
 //! looked up the first time they are used.
 
-use crate::component::c_str;
 use crate::ffi::{self, ompi_communicator_t, ompi_proc_t};
-use crate::report;
+use crate::report::{self, c_str};
 use std::os::raw::c_int;
 use std::sync::Mutex;
 use tigon_engine::EndpointAddr;

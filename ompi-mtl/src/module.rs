@@ -5,16 +5,18 @@
 //! shared-memory channel (a standard-mode send of that size is complete at once); longer ones
 //! are read and written in place by the agent and complete when the agent says so.
 
-use crate::component::{self, Mtl, mtl};
 use crate::ffi::{
     self, Shared, mca_mtl_base_module_t, mca_mtl_request_t, mca_pml_base_send_mode_t,
     ompi_communicator_t, ompi_message_t, ompi_proc_t, ompi_status_public_t, opal_convertor_t,
 };
+use crate::params::params;
 use crate::report::trace;
 use crate::request::{self, Kind, Request, State};
+use crate::state::{self, Mtl, mtl};
 use crate::{endpoint, message, report};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 use tigon_client::RecvInto;
 use tigon_engine::matching::{match_bits, split_bits};
 use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
@@ -61,7 +63,7 @@ unsafe extern "C" fn add_procs(
     n: usize,
     p: *mut *mut ompi_proc_t,
 ) -> c_int {
-    if let Some(reason) = component::unusable() {
+    if let Some(reason) = state::unusable() {
         report::always(&format!(
             "mtl:tigon: MPI_Init fails: tigon was requested but cannot be used: {reason}"
         ));
@@ -79,7 +81,43 @@ unsafe extern "C" fn del_procs(
 }
 
 unsafe extern "C" fn finalize(_mtl: *mut mca_mtl_base_module_t) -> c_int {
-    component::finalize()
+    finalize_mtl()
+}
+
+/// Finalize: let sends that completed early finish their transfer, wait until every process
+/// of the job got that far, then detach.
+///
+/// The fence matters: detaching closes this endpoint in the agent, which then stops
+/// acknowledging. A process that detached right after receiving its last message could leave
+/// that message's sender waiting for an acknowledgement until the peer timeout.
+fn finalize_mtl() -> c_int {
+    if let Some(m) = mtl() {
+        let deadline = Instant::now() + params().finalize_timeout;
+        while m.detached_sends.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            if request::progress_now() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        let left = m.detached_sends.load(Ordering::Acquire);
+        if left > 0 {
+            report::always(&format!(
+                "mtl:tigon: {left} send(s) still in flight at MPI_Finalize after {:?}; \
+                 their receivers may not get them",
+                params().finalize_timeout
+            ));
+        }
+    }
+    if mtl().is_some() {
+        // SAFETY: plain call into the shim (PMIx fence; PMIx is up until after the PML is
+        // finalized).
+        let rc = unsafe { ffi::tigon_fence() };
+        if rc != ffi::OMPI_SUCCESS {
+            report::verbose(1, &format!("finalize fence failed ({rc})"));
+        }
+    }
+    request::unregister_progress();
+    state::detach();
+    ffi::OMPI_SUCCESS
 }
 
 unsafe extern "C" fn add_comm(

@@ -1,9 +1,9 @@
 //! What the MTL tells the user: Open MPI's output streams and show_help messages
 //! (help-mtl-tigon.txt), with a plain-text fallback when the help file is not installed.
 
-use crate::component::c_str;
 use crate::ffi;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
 
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', " ")).expect("NULs replaced")
@@ -64,3 +64,12 @@ macro_rules! trace {
     };
 }
 pub(crate) use trace;
+
+/// Converts a C string from Open MPI (may be null) for messages.
+pub fn c_str(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the shim returns NUL-terminated strings owned by Open MPI that outlive this call.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}

@@ -13,10 +13,10 @@
 //! `tigon_hook_request_free`) is abandoned: the agent is told to stop writing its buffer
 //! before MPI_Request_free returns, and its completion writes nothing either.
 
-use crate::component::{Mtl, mtl};
 use crate::ffi::{self, mca_mtl_request_t, opal_convertor_t};
 use crate::report;
 use crate::report::trace;
+use crate::state::{Mtl, mtl};
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::sync::OnceLock;
@@ -416,4 +416,24 @@ pub unsafe extern "C" fn progress() -> c_int {
         maybe_nap();
     }
     n.min(c_int::MAX as usize) as c_int
+}
+
+static PROGRESS_REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Registers [`progress`] with Open MPI's progress engine.
+pub fn register_progress() -> c_int {
+    // SAFETY: `progress` is a plain function with the callback's signature, alive forever.
+    let rc = unsafe { ffi::tigon_progress_register(Some(progress)) };
+    if rc == ffi::OMPI_SUCCESS {
+        PROGRESS_REGISTERED.store(true, Ordering::Release);
+    }
+    rc
+}
+
+/// Unregisters [`progress`], if it was registered.
+pub fn unregister_progress() {
+    if PROGRESS_REGISTERED.swap(false, Ordering::AcqRel) {
+        // SAFETY: unregisters the callback registered in `register_progress`.
+        unsafe { ffi::tigon_progress_unregister(Some(progress)) };
+    }
 }
