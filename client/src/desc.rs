@@ -1,0 +1,50 @@
+//! The descriptors the client writes: a request as the agent's channel lays it out.
+
+use tigon_engine::channel::{self, Desc, NO_DATA, Op};
+use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
+
+/// A receive descriptor for `spec` (no buffer yet).
+pub(crate) fn recv_desc(spec: MatchSpec) -> Desc {
+    let mut d = Desc {
+        op: Op::Recv as u8,
+        match_bits: spec.bits,
+        mask: spec.mask,
+        data_idx: NO_DATA,
+        ..Desc::default()
+    };
+    match spec.source {
+        Some(s) => d.rank = s,
+        None => d.flags |= channel::FLAG_ANY_SOURCE,
+    }
+    d
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn send_desc(
+    dest: EndpointAddr,
+    bits: u64,
+    rank: u32,
+    len: u64,
+    mode: SendMode,
+    data_idx: u32,
+    flags: u8,
+    addr: u64,
+) -> Desc {
+    let sync = if mode == SendMode::Synchronous {
+        channel::FLAG_SYNC
+    } else {
+        0
+    };
+    Desc {
+        op: Op::Send as u8,
+        flags: flags | sync,
+        data_idx,
+        len,
+        addr,
+        match_bits: bits,
+        mask: u64::MAX,
+        rank,
+        peer: Some(dest),
+        ..Desc::default()
+    }
+}

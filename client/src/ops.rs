@@ -1,0 +1,79 @@
+//! What callers hold and get back: request handles, receive statuses, finished operations
+//! and where a receive's bytes go.
+
+use crate::error::Result;
+
+/// A pending operation. Handles are only meaningful to the client that issued them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Req {
+    pub(crate) idx: u32,
+    pub(crate) generation: u32,
+}
+
+/// What a receive (or probe) learned about its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub source: u32,
+    pub match_bits: u64,
+    /// Length as sent.
+    pub len: u64,
+    /// Bytes delivered; for [`Client::improbe`], bytes already at the node (`len` when the
+    /// message is whole there: its receive then takes one pass of the agent, no network).
+    pub received: u64,
+    pub truncated: bool,
+}
+
+/// A finished operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Done {
+    Sent,
+    /// `data`: the payload, for receives into the channel or into a `Vec` the client owned.
+    Received {
+        status: Status,
+        data: Option<Vec<u8>>,
+    },
+    /// A probe: the message it found, if any, and the handle for `mrecv` (mprobe only).
+    Probed {
+        found: Option<(Status, u64)>,
+    },
+    /// A cancel request: whether the target was cancelled (it then completes with an error).
+    CancelResult {
+        cancelled: bool,
+    },
+}
+
+/// A finished operation that was given a context with [`Client::notify`].
+#[derive(Debug)]
+pub struct Notified {
+    pub ctx: u64,
+    /// The operation's handle: a caller that reuses contexts checks it is the operation it
+    /// expects.
+    pub req: Req,
+    pub result: Result<Done>,
+}
+
+/// Where a receive's bytes go.
+#[derive(Debug)]
+pub enum RecvInto {
+    /// A channel data buffer (capacity at most [`Client::data_size`]); returned in [`Done`].
+    Channel(u64),
+    /// A buffer the client owns, written directly by the engine; returned in [`Done`].
+    Vec(Vec<u8>),
+    /// Raw memory of this process, written directly by the engine. Built only by
+    /// [`RecvInto::raw`].
+    Raw { addr: u64, len: u64 },
+}
+
+impl RecvInto {
+    /// Memory at `addr` of `len` bytes, to be written by the agent while the receive is
+    /// pending.
+    ///
+    /// # Safety
+    /// The memory must stay valid, and untouched by this process, until the receive completes.
+    pub unsafe fn raw(addr: *mut u8, len: usize) -> RecvInto {
+        RecvInto::Raw {
+            addr: addr as u64,
+            len: len as u64,
+        }
+    }
+}

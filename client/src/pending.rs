@@ -1,0 +1,312 @@
+//! The client's half of the channel, under the client's lock: free descriptors and data
+//! buffers, the operations in flight, submitting requests and taking completions, and noticing
+//! that the agent is gone.
+
+use crate::error::{Error, Result, io_err, status_message};
+use crate::ops::{Done, Notified, Req, Status};
+use crate::wait::Backoff;
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+use tigon_engine::channel::{self, Channel, Desc, Op, status};
+use tigon_shm::wake::EventFd;
+
+const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+
+pub(crate) enum Pending {
+    Send {
+        data: Option<u32>,
+        _keep: Option<Vec<u8>>,
+    },
+    Recv {
+        data: Option<u32>,
+        keep: Option<Vec<u8>>,
+    },
+    Probe,
+    Cancel,
+}
+
+pub(crate) struct Slot {
+    pub(crate) generation: u32,
+    /// Completion goes to the ready queue under this context instead of waiting for `test`.
+    pub(crate) ctx: Option<u64>,
+    pub(crate) what: Option<Pending>,
+    pub(crate) done: Option<Result<Done>>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) ch: Channel,
+    /// The agent's doorbell, rung when a request is queued while the engine sleeps.
+    pub(crate) bell: EventFd,
+    pub(crate) sock: UnixStream,
+    pub(crate) free_desc: Vec<u32>,
+    pub(crate) free_data: Vec<u32>,
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) dead: Option<String>,
+    pub(crate) last_check: Instant,
+    pub(crate) ready: VecDeque<Notified>,
+}
+
+impl Inner {
+    /// A fresh client state over `ch`: every descriptor and data buffer free.
+    pub(crate) fn new(ch: Channel, bell: EventFd, sock: UnixStream) -> Inner {
+        let geo = ch.geo;
+        Inner {
+            free_desc: (0..geo.n_desc).rev().collect(),
+            free_data: (0..geo.n_data).rev().collect(),
+            slots: (0..geo.n_desc)
+                .map(|_| Slot {
+                    generation: 0,
+                    ctx: None,
+                    what: None,
+                    done: None,
+                })
+                .collect(),
+            ch,
+            bell,
+            sock,
+            dead: None,
+            last_check: Instant::now(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
+        if let Some(m) = &self.dead {
+            return Err(Error::AgentGone(m.clone()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn alloc_data(&mut self) -> Result<Option<u32>> {
+        self.check_alive()?;
+        Ok(self.free_data.pop())
+    }
+
+    pub(crate) fn submit(&mut self, mut d: Desc, what: Pending) -> Result<Req> {
+        if let Err(e) = self.check_alive() {
+            self.release(&what);
+            return Err(e);
+        }
+        let backoff = Backoff::new();
+        let idx = loop {
+            if let Some(i) = self.free_desc.pop() {
+                break i;
+            }
+            // Every descriptor is in flight: wait for completions (backpressure).
+            if self.progress() == 0 {
+                backoff.idle(&self.ch);
+            }
+            if let Err(e) = self.check_alive() {
+                self.release(&what);
+                return Err(e);
+            }
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.what = Some(what);
+        slot.done = None;
+        slot.ctx = None;
+        let generation = slot.generation;
+        if d.op != Op::Cancel as u8 {
+            d.user = generation as u64;
+        }
+        self.ch.write_desc(idx, &d).map_err(io_err)?;
+        // A ring has a slot per descriptor: it cannot be full while we hold a free descriptor.
+        match self.ch.requests.push(idx) {
+            Ok(true) => {
+                if self.ch.engine_asleep() {
+                    self.bell.ring();
+                }
+                Ok(Req { idx, generation })
+            }
+            _ => {
+                self.kill("request ring corrupted".into());
+                Err(Error::AgentGone("request ring corrupted".into()))
+            }
+        }
+    }
+
+    pub(crate) fn release(&mut self, what: &Pending) {
+        if let Pending::Send { data: Some(di), .. } | Pending::Recv { data: Some(di), .. } = what {
+            self.free_data.push(*di);
+        }
+    }
+
+    pub(crate) fn take(&mut self, r: Req) -> Result<Option<Done>> {
+        let Some(slot) = self.slots.get_mut(r.idx as usize) else {
+            return Err(Error::BadRequest);
+        };
+        if slot.generation != r.generation || slot.what.is_none() {
+            return Err(Error::BadRequest);
+        }
+        let Some(done) = slot.done.take() else {
+            self.check_alive()?;
+            return Ok(None);
+        };
+        slot.what = None;
+        self.free_desc.push(r.idx);
+        done.map(Some)
+    }
+
+    pub(crate) fn kill(&mut self, why: String) {
+        if self.dead.is_some() {
+            return;
+        }
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.what.is_some() && s.done.is_none() {
+                let e = Err(Error::AgentGone(why.clone()));
+                match s.ctx {
+                    Some(ctx) => {
+                        s.what = None;
+                        self.ready.push_back(Notified {
+                            ctx,
+                            req: Req {
+                                idx: i as u32,
+                                generation: s.generation,
+                            },
+                            result: e,
+                        });
+                        self.free_desc.push(i as u32);
+                    }
+                    None => s.done = Some(e),
+                }
+            }
+        }
+        self.dead = Some(why);
+    }
+
+    pub(crate) fn progress(&mut self) -> usize {
+        if self.dead.is_some() {
+            return 0;
+        }
+        let mut n = 0;
+        loop {
+            let idx = match self.ch.completions.pop() {
+                Ok(Some(i)) => i,
+                Ok(None) => break,
+                Err(e) => {
+                    self.kill(e.to_string());
+                    break;
+                }
+            };
+            n += 1;
+            if let Err(e) = self.complete(idx) {
+                self.kill(e);
+                break;
+            }
+        }
+        if n == 0 && self.last_check.elapsed() >= LIVENESS_EVERY {
+            self.last_check = Instant::now();
+            self.check_agent();
+        }
+        n
+    }
+
+    /// The agent's end of the socket closes when it exits, however it exits.
+    fn check_agent(&mut self) {
+        let mut b = [0u8; 64];
+        match (&self.sock).read(&mut b) {
+            Ok(0) => self.kill("the agent closed the connection".into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => self.kill(format!("control socket: {e}")),
+        }
+        if self.dead.is_none() && self.ch.agent_state() == channel::STATE_SHUTDOWN {
+            self.kill("the agent is shutting down".into());
+        }
+    }
+
+    fn complete(&mut self, idx: u32) -> std::result::Result<(), String> {
+        let d = self.ch.read_desc(idx).map_err(|e| e.to_string())?;
+        let slot = self
+            .slots
+            .get_mut(idx as usize)
+            .ok_or("completion index out of range")?;
+        if slot.what.is_none()
+            || slot.done.is_some()
+            || (d.op != Op::Cancel as u8 && d.user != slot.generation as u64)
+        {
+            return Err(format!(
+                "the agent completed descriptor {idx}, which was not pending"
+            ));
+        }
+        let what = slot.what.take().expect("checked");
+        let st = Status {
+            source: d.info_rank,
+            match_bits: d.info_bits,
+            len: d.info_len,
+            received: d.received,
+            truncated: d.truncated,
+        };
+        let fail = |s: u32| {
+            Err(Error::Failed {
+                status: s,
+                message: status_message(s).into(),
+            })
+        };
+        let result = match (&what, d.status) {
+            (Pending::Send { .. }, status::OK) => Ok(Done::Sent),
+            (Pending::Recv { data, keep }, status::OK) => {
+                let bytes = match (data, keep) {
+                    (Some(di), _) => {
+                        let mut v =
+                            vec![0u8; d.received.min(self.ch.geo.data_size as u64) as usize];
+                        let off = self.ch.data_offset(*di).map_err(|e| e.to_string())?;
+                        self.ch
+                            .region
+                            .read(off, &mut v)
+                            .map_err(|e| e.to_string())?;
+                        Some(v)
+                    }
+                    (None, Some(_)) => None, // filled below from `keep`
+                    (None, None) => None,
+                };
+                Ok(Done::Received {
+                    status: st.clone(),
+                    data: bytes,
+                })
+            }
+            (Pending::Probe, status::OK) => Ok(Done::Probed {
+                found: Some((st.clone(), d.handle)),
+            }),
+            (Pending::Probe, status::NO_MATCH) => Ok(Done::Probed { found: None }),
+            (Pending::Cancel, s) => Ok(Done::CancelResult {
+                cancelled: s == status::OK,
+            }),
+            (_, s) => fail(s),
+        };
+        let result = match (result, what) {
+            (
+                Ok(Done::Received { status, data: None }),
+                Pending::Recv {
+                    keep: Some(mut v), ..
+                },
+            ) => {
+                v.truncate(status.received as usize);
+                Ok(Done::Received {
+                    status,
+                    data: Some(v),
+                })
+            }
+            (r, w) => {
+                self.release(&w);
+                r
+            }
+        };
+        let slot = &mut self.slots[idx as usize];
+        if let Some(ctx) = slot.ctx {
+            let req = Req {
+                idx,
+                generation: slot.generation,
+            };
+            self.free_desc.push(idx);
+            self.ready.push_back(Notified { ctx, req, result });
+        } else {
+            slot.what = Some(Pending::Probe); // keeps the slot pending until `take`
+            slot.done = Some(result);
+        }
+        Ok(())
+    }
+}
