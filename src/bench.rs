@@ -69,7 +69,7 @@ enum Which {
     },
 }
 
-/// The measurements of `tigon bench mpi` (`bench/mpi/tigon_bench_mpi.c`'s `--tests`).
+/// The measurements of `tigon bench mpi` (the `--tests` of the program in `bench/mpi/`, see `main.c`).
 const MPI_TESTS: &[&str] = &["logp", "bw", "avail", "dbuf", "emp"];
 
 /// `--tests`: a comma-separated subset of [`MPI_TESTS`] (the program would silently run none
