@@ -69,7 +69,8 @@ enum Which {
     },
 }
 
-/// The measurements of `tigon bench mpi` (the `--tests` of the program in `bench/mpi/`, see `main.c`).
+/// The measurements of `tigon bench mpi`: the `--tests` of the program in `bench/mpi/`
+/// (see `main.c`).
 const MPI_TESTS: &[&str] = &["logp", "bw", "avail", "dbuf", "emp"];
 
 /// `--tests`: a comma-separated subset of [`MPI_TESTS`] (the program would silently run none
