@@ -1,0 +1,218 @@
+//! The MPI-shaped calls: endpoints, sends, receives, probes and cancellation. Nothing here
+//! moves a frame; the next [`Engine::poll`] does.
+
+use super::Engine;
+use super::peer::PeerState;
+use super::request::{RecvReq, RecvState, Req, ReqKind, SendReq};
+use super::types::{Error, MessageHandle, MsgInfo, ReqId, SendMode};
+use crate::addr::EndpointAddr;
+use crate::copy::{BufRef, CopyEngine};
+use crate::link::Link;
+use crate::matching::MatchSpec;
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// Opens endpoint `id` (or the lowest free one) with a fresh random session.
+    pub fn open_endpoint(&mut self, id: Option<u16>) -> Result<EndpointAddr, Error> {
+        use rand::Rng;
+        let id = self.eps.free_id(id)?;
+        let session = self.rng.gen_range(1..=u32::MAX);
+        self.eps.open(id, session);
+        Ok(EndpointAddr::new(self.mac, id))
+    }
+
+    /// Closes an endpoint: its operations fail with [`Error::EndpointClosed`], its peers are forgotten.
+    pub fn close_endpoint(&mut self, ep: u16) {
+        if self.eps.get(ep).is_err() {
+            return;
+        }
+        let peers: Vec<usize> = (0..self.peers.len())
+            .filter(|&p| self.peers[p].ep == ep)
+            .collect();
+        for p in peers {
+            self.reset_peer(p, Error::EndpointClosed);
+        }
+        let e = self.eps.close(ep).expect("checked");
+        for r in e.posted {
+            self.finish(r, Err(Error::EndpointClosed));
+        }
+        for u in e.unexpected {
+            self.unex.remove(u);
+        }
+        let handles: Vec<u64> = self
+            .unex
+            .probed
+            .iter()
+            .filter(|(_, u)| self.unex.get(**u).is_some_and(|x| x.ep == ep))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in handles {
+            if let Some(u) = self.unex.probed.remove(&h) {
+                self.unex.remove(u);
+            }
+        }
+    }
+
+    /// Starts sending `buf` to `dest` with `bits` (context | tag) from MPI rank `rank`.
+    /// Nothing moves until the next [`Engine::poll`].
+    pub fn isend(
+        &mut self,
+        ep: u16,
+        dest: EndpointAddr,
+        bits: u64,
+        rank: u32,
+        buf: BufRef,
+        mode: SendMode,
+    ) -> Result<ReqId, Error> {
+        let now = self.now;
+        self.eps.get(ep)?;
+        let p = self.peer_for(ep, dest);
+        let msg_id = {
+            let msgs = &mut self.peers[p].msgs;
+            let m = msgs.next_msg_id;
+            msgs.next_msg_id = msgs.next_msg_id.wrapping_add(1).max(1);
+            m
+        };
+        let id = self.reqs.alloc(Req {
+            ep,
+            kind: ReqKind::Send(SendReq {
+                peer: p,
+                msg_id,
+                buf,
+                bits,
+                rank,
+                sync: mode == SendMode::Synchronous,
+                rndv: false,
+                unacked: 0,
+                queued: false,
+                matched: false,
+                fin: false,
+            }),
+        });
+        self.peers[p].msgs.sends.insert(msg_id, id);
+        self.stats.sends_posted += 1;
+        self.peers[p].msgs.waiting.push_back(id);
+        match self.peers[p].conn.state {
+            PeerState::Connected => self.flush_waiting(p),
+            PeerState::Connecting => {}
+            PeerState::Idle => self.start_connect(p, now),
+        }
+        self.mark_active(p);
+        Ok(id)
+    }
+
+    /// Posts a receive into `buf` for messages matching `spec`.
+    pub fn irecv(&mut self, ep: u16, spec: MatchSpec, buf: BufRef) -> Result<ReqId, Error> {
+        let e = self.eps.get(ep)?;
+        let hit = e
+            .unexpected
+            .iter()
+            .position(|&u| self.unex.matches(u, &spec));
+        let id = self.reqs.alloc(Req {
+            ep,
+            kind: ReqKind::Recv(RecvReq::posted(spec, buf)),
+        });
+        self.stats.recvs_posted += 1;
+        match hit {
+            Some(i) => {
+                let u = self
+                    .eps
+                    .get_mut(ep)?
+                    .unexpected
+                    .remove(i)
+                    .expect("index from position");
+                self.deliver_unexp(u, id);
+            }
+            None => self.eps.get_mut(ep)?.posted.push_back(id),
+        }
+        Ok(id)
+    }
+
+    /// The first unexpected message matching `spec`, left in place.
+    pub fn iprobe(&self, ep: u16, spec: MatchSpec) -> Result<Option<MsgInfo>, Error> {
+        let e = self.eps.get(ep)?;
+        Ok(e.unexpected
+            .iter()
+            .filter_map(|&u| self.unex.get(u))
+            .find(|x| spec.matches(x.info.match_bits, x.info.src_rank))
+            .map(|x| x.info))
+    }
+
+    /// Like [`Engine::iprobe`], but removes the message: only [`Engine::imrecv`] can receive it.
+    pub fn improbe(
+        &mut self,
+        ep: u16,
+        spec: MatchSpec,
+    ) -> Result<Option<(MessageHandle, MsgInfo)>, Error> {
+        let e = self.eps.get(ep)?;
+        let Some(i) = e
+            .unexpected
+            .iter()
+            .position(|&u| self.unex.matches(u, &spec))
+        else {
+            return Ok(None);
+        };
+        let u = self
+            .eps
+            .get_mut(ep)?
+            .unexpected
+            .remove(i)
+            .expect("index from position");
+        self.unex.probed.insert(u, u);
+        let info = self.unex.get(u).expect("matched in the store").info;
+        Ok(Some((MessageHandle::from_u64(u), info)))
+    }
+
+    /// Whether every byte of the message `msg` (from [`Engine::improbe`]) is at this node, so
+    /// that [`Engine::imrecv`] completes it at once instead of waiting for the network.
+    pub fn message_arrived(&self, msg: MessageHandle) -> bool {
+        self.unex
+            .probed
+            .get(&msg.as_u64())
+            .and_then(|&u| self.unex.get(u))
+            .is_some_and(|x| !x.rndv && x.received >= x.info.len)
+    }
+
+    /// Receives a message taken by [`Engine::improbe`] into `buf`.
+    /// Only the endpoint that probed the message may receive it.
+    pub fn imrecv(&mut self, ep: u16, msg: MessageHandle, buf: BufRef) -> Result<ReqId, Error> {
+        let h = msg.as_u64();
+        match self.unex.probed.get(&h).and_then(|&u| self.unex.get(u)) {
+            Some(x) if x.ep == ep => {}
+            _ => return Err(Error::Invalid("message handle")),
+        }
+        let u = self
+            .unex
+            .probed
+            .remove(&h)
+            .ok_or(Error::Invalid("message handle"))?;
+        let x = self.unex.get(u).ok_or(Error::Invalid("message handle"))?;
+        let spec = MatchSpec::exact(x.info.match_bits);
+        let id = self.reqs.alloc(Req {
+            ep,
+            kind: ReqKind::Recv(RecvReq::posted(spec, buf)),
+        });
+        self.stats.recvs_posted += 1;
+        self.deliver_unexp(u, id);
+        Ok(id)
+    }
+
+    /// Cancels a receive that has not matched. True if it was cancelled (its completion says so).
+    pub fn cancel(&mut self, id: ReqId) -> bool {
+        let Some(req) = self.reqs.get(id) else {
+            return false;
+        };
+        let ep = req.ep;
+        let ReqKind::Recv(RecvReq {
+            state: RecvState::Posted,
+            ..
+        }) = req.kind
+        else {
+            return false;
+        };
+        if let Ok(e) = self.eps.get_mut(ep) {
+            e.posted.retain(|&r| r != id);
+        }
+        self.finish(id, Err(Error::Cancelled));
+        true
+    }
+}

@@ -1,0 +1,196 @@
+//! The engine: one state machine for a node, no I/O of its own. [`Engine::poll`] drives it
+//! over a [`Link`] (frames in and out) and a [`CopyEngine`] (message bytes).
+//!
+//! The rooms, from the bottom up: state with no knowledge of the engine —
+//! [`types`] (the public types), [`request`] (the request slab), [`endpoint`], [`unexpected`]
+//! (the store of early messages), [`stream`] (the reliable in-order stream to a peer) and
+//! [`peer`] (a peer in the parts each layer owns) — then this file (the [`Engine`] struct,
+//! its accessors and the poll loop), then the engine's behaviour by concern, each an
+//! `impl Engine` block that reads and changes its own part: [`api`] (the MPI-shaped calls),
+//! [`conn`] (handshake, sessions, the peer table, resets), [`credit`], [`proto`] (the eager
+//! and rendezvous message state machines), [`copyq`] (the copy FIFO), [`rx`] (demux and
+//! dispatch), [`tx`] (building and sending frames) and [`timers`].
+
+mod api;
+mod conn;
+mod copyq;
+mod credit;
+mod endpoint;
+mod peer;
+mod proto;
+mod request;
+mod rx;
+mod stream;
+mod timers;
+mod tx;
+mod types;
+mod unexpected;
+
+pub use types::{Completion, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendMode};
+
+use crate::addr::EndpointAddr;
+use crate::config::Config;
+use crate::copy::{CopyEngine, CopyError};
+use crate::fasthash::FastMap as HashMap;
+use crate::link::Link;
+use crate::stats::Stats;
+use crate::wire::{MacAddr, Repr};
+use endpoint::Endpoints;
+use peer::Peer;
+use request::{ReqKind, Requests};
+use std::collections::VecDeque;
+
+/// The protocol engine for one node: any number of local endpoints over one link.
+pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
+    cfg: Config,
+    mac: MacAddr,
+    eps: Endpoints,
+    peers: Vec<Peer<L::Frame>>,
+    peer_index: HashMap<(u16, EndpointAddr), usize>,
+    /// Peers with frames to send or acks owed.
+    active: Vec<usize>,
+    reqs: Requests,
+    unex: unexpected::Store,
+    /// Bytes of the unexpected store granted to peers as eager credit.
+    grants_total: u64,
+    /// A peer asked for more eager credit than the store had left: reclaim from idle peers at
+    /// the next timer pass.
+    credit_pressure: bool,
+    copy: C,
+    /// Copies in submission order: the receive they belong to, and whether finished.
+    copy_fifo: VecDeque<(ReqId, bool)>,
+    copy_done: Vec<Result<(), CopyError>>,
+    completions: VecDeque<Completion>,
+    rx: Vec<L::Frame>,
+    tx: Vec<L::TxBuf>,
+    resets: Vec<Repr>,
+    rng: rand::rngs::SmallRng,
+    last_timer_scan: u64,
+    /// Time of the latest poll.
+    now: u64,
+    pub stats: Stats,
+}
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// An engine for a link with address `mac`, copying with `copy`.
+    pub fn new(
+        mut cfg: Config,
+        mac: MacAddr,
+        link_max_frame: usize,
+        copy: C,
+    ) -> Result<Self, String> {
+        use rand::SeedableRng;
+        cfg.max_frame = cfg.max_frame.min(link_max_frame);
+        cfg.validate()?;
+        Ok(Engine {
+            cfg,
+            mac,
+            eps: Endpoints::default(),
+            peers: Vec::new(),
+            peer_index: HashMap::default(),
+            active: Vec::new(),
+            reqs: Requests::default(),
+            unex: unexpected::Store::default(),
+            grants_total: 0,
+            credit_pressure: false,
+            copy,
+            copy_fifo: VecDeque::new(),
+            copy_done: Vec::new(),
+            completions: VecDeque::new(),
+            rx: Vec::new(),
+            tx: Vec::new(),
+            resets: Vec::new(),
+            rng: rand::rngs::SmallRng::from_entropy(),
+            last_timer_scan: 0,
+            now: 0,
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn copy_engine(&self) -> &C {
+        &self.copy
+    }
+    pub fn copy_engine_mut(&mut self) -> &mut C {
+        &mut self.copy
+    }
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// Seeds the session generator (tests want reproducible runs).
+    pub fn seed(&mut self, seed: u64) {
+        use rand::SeedableRng;
+        self.rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    }
+
+    /// One non-blocking step: rx burst → demux → protocol → tx burst → timers → copy
+    /// completions. Returns how much work it did (0: idle). `now` is a monotonic time in ns.
+    pub fn poll(&mut self, link: &mut L, now: u64) -> usize {
+        self.now = now;
+        // rx burst → demux → protocol (rx.rs, then conn.rs, credit.rs, proto/)
+        let rx = self.receive(link, now);
+        // tx burst (tx.rs; the stream picks the frames)
+        let sent = self.transmit(link, now);
+        // timers (timers.rs), once the receive queue is drained: with frames still waiting
+        // (acks among them, after a stall of this thread) they would resend what has been
+        // acknowledged already
+        if rx.drained {
+            self.timers(now);
+        }
+        // copy completions (copyq.rs)
+        let copied = self.copy_completions();
+        rx.frames + sent + copied
+    }
+
+    /// Retires a request and queues its completion.
+    fn finish(&mut self, id: ReqId, result: Result<Outcome, Error>) {
+        let Some(req) = self.reqs.take(id) else {
+            return;
+        };
+        if let ReqKind::Send(s) = &req.kind {
+            if let Some(p) = self.peers.get_mut(s.peer) {
+                p.msgs.sends.remove(&s.msg_id);
+            }
+            self.copy.release(&s.buf);
+            self.stats.sends_completed += 1;
+        } else {
+            self.stats.recvs_completed += 1;
+        }
+        if result.is_err() {
+            self.stats.ops_failed += 1;
+        }
+        self.completions.push_back(Completion {
+            req: id,
+            ep: req.ep,
+            result,
+        });
+    }
+
+    /// The next finished operation, in completion order.
+    pub fn pop_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Whether `id` is still pending.
+    pub fn is_pending(&self, id: ReqId) -> bool {
+        self.reqs.get(id).is_some()
+    }
+
+    /// Operations still in flight (sends, receives) — for idle decisions and tests.
+    pub fn pending_ops(&self) -> usize {
+        self.reqs.live()
+    }
+
+    /// Bytes of the unexpected store granted to peers as eager credit right now.
+    pub fn credit_granted_bytes(&self) -> u64 {
+        self.grants_total
+    }
+
+    /// Bytes held by unexpected messages right now.
+    pub fn unexpected_bytes(&self) -> u64 {
+        self.unex.bytes()
+    }
+}

@@ -1,0 +1,171 @@
+//! One peer (a remote endpoint as seen from one local endpoint), in the parts each layer
+//! owns: the connection ([`Conn`], conn.rs), the reliable stream ([`Stream`], stream.rs), eager
+//! credit ([`Credit`], credit.rs) and the messages in flight ([`Msgs`], proto/).
+
+use super::stream::Stream;
+use super::types::ReqId;
+use crate::addr::EndpointAddr;
+use crate::fasthash::FastMap as HashMap;
+use std::collections::VecDeque;
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(super) enum PeerState {
+    Idle,
+    Connecting,
+    Connected,
+}
+
+/// The connection: handshake state, the peer's session and what it negotiated.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) state: PeerState,
+    pub(super) remote_session: u32,
+    /// Payload bytes per frame to this peer.
+    pub(super) frag: usize,
+    pub(super) remote_window: u32,
+    pub(super) connect_sent: u64,
+    pub(super) connect_first: u64,
+    pub(super) connect_tries: u32,
+    pub(super) connect_ack_owed: bool,
+    /// When the peer was last heard from.
+    pub(super) last_rx: u64,
+}
+
+/// Credit an eager message costs beyond its bytes: the store's per-message overhead.
+const RTS_COST: u32 = 64;
+
+/// Credit one eager message costs the receiver's store.
+pub(super) fn eager_cost(len: u64) -> u32 {
+    len as u32 + RTS_COST
+}
+
+/// Eager credit both ways: what the peer granted this side (and how much of it is in use),
+/// and what this side granted the peer from its unexpected store.
+#[derive(Debug, Default)]
+pub(super) struct Credit {
+    // what the peer granted us
+    pub(super) grant: u32,
+    /// The cumulative bytes the peer has released back (from the `credit` header field).
+    pub(super) released_seen: u32,
+    pub(super) used: u32,
+    // what we granted the peer
+    /// Eager credit this side granted the peer.
+    pub(super) given: u32,
+    /// The cumulative bytes this side released back to the peer (sent as `credit`).
+    pub(super) released: u32,
+    /// When this side last received the first frame of an eager message from the peer: credit
+    /// of peers quiet for `credit_idle_ns` may be asked back.
+    pub(super) last_eager_rx: u64,
+    /// A request to give credit back is on its way; no second one until it is answered.
+    pub(super) reclaiming: bool,
+    /// The connect-time grant has been taken from the store (once per session).
+    pub(super) granted: bool,
+}
+
+impl Credit {
+    /// Eager bytes this side may still send the peer.
+    pub(super) fn avail(&self) -> u32 {
+        self.grant
+            .wrapping_add(self.released_seen)
+            .wrapping_sub(self.used)
+    }
+
+    /// The peer's cumulative released count arrived; true if it moved (more credit).
+    pub(super) fn on_released(&mut self, credit: u32) -> bool {
+        let more = (credit.wrapping_sub(self.released_seen) as i32) > 0;
+        if more {
+            self.released_seen = credit;
+        }
+        more
+    }
+
+    /// Forgets the session's credit both ways; returns what this side had granted, for the
+    /// store to take back.
+    pub(super) fn reset(&mut self) -> u32 {
+        let given = self.given;
+        self.grant = 0;
+        self.released_seen = 0;
+        self.used = 0;
+        self.released = 0;
+        self.given = 0;
+        self.reclaiming = false;
+        self.granted = false;
+        given
+    }
+}
+
+/// Where the fragments of the eager message being received from a peer go.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum EagerTarget {
+    Req(ReqId),
+    Store(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InEager {
+    pub(super) msg_id: u32,
+    pub(super) total: u64,
+    pub(super) next_frag: u32,
+    pub(super) target: EagerTarget,
+}
+
+/// The messages in flight with the peer, by message id.
+#[derive(Debug)]
+pub(super) struct Msgs {
+    pub(super) next_msg_id: u32,
+    /// Messages waiting for the connection (or for credit), in order.
+    pub(super) waiting: VecDeque<ReqId>,
+    /// Sends, until they complete.
+    pub(super) sends: HashMap<u32, ReqId>,
+    /// Rendezvous receives pulling from the peer.
+    pub(super) pulls: HashMap<u32, ReqId>,
+    /// The eager message arriving now (its fragments come in order).
+    pub(super) in_eager: Option<InEager>,
+}
+
+#[derive(Debug)]
+pub(super) struct Peer<F> {
+    pub(super) ep: u16,
+    pub(super) addr: EndpointAddr,
+    /// In the engine's `active` list (so marking is O(1)).
+    pub(super) in_active: bool,
+    pub(super) conn: Conn,
+    pub(super) stream: Stream<F>,
+    pub(super) credit: Credit,
+    pub(super) msgs: Msgs,
+}
+
+impl<F> Peer<F> {
+    pub(super) fn new(ep: u16, addr: EndpointAddr, frag: usize) -> Self {
+        Peer {
+            ep,
+            addr,
+            in_active: false,
+            conn: Conn {
+                state: PeerState::Idle,
+                remote_session: 0,
+                frag,
+                remote_window: 1,
+                connect_sent: 0,
+                connect_first: 0,
+                connect_tries: 0,
+                connect_ack_owed: false,
+                last_rx: 0,
+            },
+            stream: Stream::default(),
+            credit: Credit::default(),
+            msgs: Msgs {
+                next_msg_id: 1,
+                waiting: VecDeque::new(),
+                sends: HashMap::default(),
+                pulls: HashMap::default(),
+                in_eager: None,
+            },
+        }
+    }
+
+    /// Operations wait on the peer: sends, pulls, or an eager message half arrived.
+    pub(super) fn waiting_on_peer(&self) -> bool {
+        !self.msgs.sends.is_empty() || !self.msgs.pulls.is_empty() || self.msgs.in_eager.is_some()
+    }
+}

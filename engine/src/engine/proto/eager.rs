@@ -1,0 +1,156 @@
+//! Eager messages: the data travels with the message, in fragments that arrive in order. The
+//! receiver lands them in a posted receive, or holds the whole message in the unexpected
+//! store (paid for by the credit it granted the sender) until a receive is posted. A
+//! synchronous send completes when the receiver reports the match (Matched).
+
+use crate::copy::CopyEngine;
+use crate::engine::Engine;
+use crate::engine::peer::{EagerTarget, InEager, eager_cost};
+use crate::engine::request::RecvState;
+use crate::engine::types::{Error, Outcome, ReqId};
+use crate::engine::unexpected::Unexp;
+use crate::link::Link;
+use crate::wire::{self, Repr};
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// One in-order eager fragment. `false`: the store cannot take a new message now.
+    pub(super) fn on_eager(&mut self, p: usize, r: Repr, f: L::Frame) -> bool {
+        let sync = r.flags & wire::FLAG_SYNC != 0;
+        if r.frag_index == 0 && !self.start_eager(p, &r, sync) {
+            return false;
+        }
+        let Some(mut ie) = self.peers[p].msgs.in_eager else {
+            self.stats.drop_malformed += 1;
+            return true;
+        };
+        if ie.msg_id != r.msg_id || ie.next_frag != r.frag_index || ie.total != r.total {
+            self.stats.drop_malformed += 1;
+            return true;
+        }
+        ie.next_frag += 1;
+        let last = r.frag_index + 1 == r.frag_count;
+        self.peers[p].msgs.in_eager = if last { None } else { Some(ie) };
+        let payload = wire::OVERHEAD..wire::OVERHEAD + r.length as usize;
+        match ie.target {
+            EagerTarget::Req(id) => {
+                let Some(rr) = self.reqs.recv_mut(id) else {
+                    // The receive failed meanwhile: the message still ends for the sender.
+                    if last {
+                        self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
+                    }
+                    return true;
+                };
+                let cap = rr.buf.len;
+                let buf = rr.buf;
+                let n = cap.saturating_sub(r.offset).min(r.length as u64);
+                rr.received += n;
+                if last {
+                    rr.arrived = true;
+                }
+                if n > 0 {
+                    self.submit_copy(
+                        id,
+                        f,
+                        payload.start..payload.start + n as usize,
+                        buf,
+                        r.offset,
+                    );
+                }
+                if last {
+                    self.try_finish_recv(id);
+                    self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
+                }
+            }
+            EagerTarget::Store(u) => {
+                let Some(x) = self.unex.get_mut(u) else {
+                    return true;
+                };
+                let at = r.offset as usize;
+                x.data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
+                x.received += r.length as u64;
+                if last && let Some(id) = x.claimed {
+                    self.complete_from_store(u, id);
+                }
+            }
+        }
+        true
+    }
+
+    /// The first fragment of a new message: match it to a posted receive or make room for it
+    /// in the store. `false`: the store is full.
+    fn start_eager(&mut self, p: usize, r: &Repr, sync: bool) -> bool {
+        self.peers[p].credit.last_eager_rx = self.now;
+        let ep = self.peers[p].ep;
+        let info = self.msg_info(p, r);
+        let target = if let Some(id) = self.take_posted(ep, info) {
+            self.reqs.recv_mut(id).expect("posted").state = RecvState::Eager;
+            EagerTarget::Req(id)
+        } else {
+            let cost = eager_cost(r.total);
+            if self.unex.eager() >= self.cfg.unexpected_count
+                || self.unex.bytes() + r.total > self.cfg.unexpected_bytes
+            {
+                return false;
+            }
+            EagerTarget::Store(self.add_unexp(Unexp {
+                ep,
+                peer: p,
+                msg_id: r.msg_id,
+                info,
+                sync,
+                rndv: false,
+                data: vec![0; r.total as usize],
+                received: 0,
+                cost,
+                claimed: None,
+            }))
+        };
+        self.peers[p].msgs.in_eager = Some(InEager {
+            msg_id: r.msg_id,
+            total: r.total,
+            next_frag: 0,
+            target,
+        });
+        true
+    }
+
+    /// Copies a fully arrived unexpected message into receive `id` and completes it.
+    pub(super) fn complete_from_store(&mut self, u: u64, id: ReqId) {
+        let Some(x) = self.unex.remove(u) else {
+            return;
+        };
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let n = x.info.len.min(r.buf.len);
+        let buf = r.buf;
+        let res = self.copy.write(&buf, 0, &x.data[..n as usize]);
+        match res {
+            Ok(()) => {
+                let r = self.reqs.recv_mut(id).expect("present");
+                r.received = n;
+                self.finish(
+                    id,
+                    Ok(Outcome::Received {
+                        info: x.info,
+                        received: n,
+                        truncated: x.info.len > buf.len,
+                    }),
+                );
+            }
+            Err(e) => self.finish(id, Err(Error::Copy(e.0))),
+        }
+        // After the receive: a synchronous sender on this node completes right behind it.
+        self.release_credit(x.peer, x.cost, x.sync, x.msg_id);
+    }
+
+    /// The receiver matched a synchronous send.
+    pub(super) fn on_matched(&mut self, p: usize, msg_id: u32) {
+        if let Some(&id) = self.peers[p].msgs.sends.get(&msg_id)
+            && let Some(s) = self.reqs.send_mut(id)
+        {
+            s.matched = true;
+            self.try_finish_send(id);
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Rendezvous messages: the sender announces the message (RTS, header only); the receiver,
+//! once a receive matches, pulls the data in blocks (Pull → PullData), several outstanding,
+//! straight into the posted buffer, and ends with FIN, which completes the send.
+
+use crate::copy::CopyEngine;
+use crate::engine::Engine;
+use crate::engine::request::RecvState;
+use crate::engine::stream::TxDesc;
+use crate::engine::types::{Outcome, ReqId};
+use crate::engine::unexpected::Unexp;
+use crate::link::Link;
+use crate::wire::{self, Kind, Repr};
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// An RTS: pull at once into a posted receive, or store the header until one is posted.
+    /// `false`: the store holds as many RTSs as it may.
+    pub(super) fn on_rts(&mut self, p: usize, r: &Repr) -> bool {
+        if r.flags & wire::FLAG_NO_CREDIT != 0 {
+            self.grow_grant(p);
+        }
+        let ep = self.peers[p].ep;
+        let info = self.msg_info(p, r);
+        if let Some(id) = self.take_posted(ep, info) {
+            self.start_pull(p, r.msg_id, id, r.total);
+        } else {
+            if self.unex.rts() >= self.cfg.unexpected_rts {
+                return false;
+            }
+            self.add_unexp(Unexp {
+                ep,
+                peer: p,
+                msg_id: r.msg_id,
+                info,
+                sync: false,
+                rndv: true,
+                data: Vec::new(),
+                received: 0,
+                cost: 0,
+                claimed: None,
+            });
+        }
+        true
+    }
+
+    /// Receive `id` matched message `msg_id` of peer `p` (`total` bytes): start pulling.
+    pub(in crate::engine) fn start_pull(&mut self, p: usize, msg_id: u32, id: ReqId, total: u64) {
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let want = total.min(r.buf.len);
+        r.state = RecvState::Pulling {
+            peer: p,
+            msg_id,
+            want,
+            asked: 0,
+            got: 0,
+        };
+        self.peers[p].msgs.pulls.insert(msg_id, id);
+        for _ in 0..self.cfg.pull_outstanding {
+            self.ask_block(id);
+        }
+        // A zero-byte pull (truncated to nothing) finishes at once.
+        self.maybe_finish_pull(id);
+    }
+
+    /// Queues the next pull request of receive `id`, if any bytes remain unasked.
+    fn ask_block(&mut self, id: ReqId) {
+        let block = self.cfg.pull_block as u64;
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let RecvState::Pulling {
+            peer,
+            msg_id,
+            want,
+            asked,
+            ..
+        } = &mut r.state
+        else {
+            return;
+        };
+        if *asked >= *want {
+            return;
+        }
+        let len = (*want - *asked).min(block);
+        let (p, m, off) = (*peer, *msg_id, *asked);
+        *asked += len;
+        self.peers[p].stream.pending.push_back(TxDesc {
+            offset: off,
+            total: len,
+            ..TxDesc::new(Kind::Pull, m)
+        });
+        self.mark_active(p);
+    }
+
+    /// Completes pulling receive `id` once every byte has arrived and been copied, and tells
+    /// the sender (FIN).
+    pub(in crate::engine) fn maybe_finish_pull(&mut self, id: ReqId) {
+        let Some(r) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let RecvState::Pulling {
+            peer,
+            msg_id,
+            want,
+            got,
+            ..
+        } = r.state
+        else {
+            return;
+        };
+        if got < want || r.copies > 0 {
+            if got >= want {
+                r.arrived = true;
+            }
+            return;
+        }
+        let info = r.info.expect("matched");
+        let truncated = info.len > r.buf.len;
+        self.peers[peer].msgs.pulls.remove(&msg_id);
+        self.finish(
+            id,
+            Ok(Outcome::Received {
+                info,
+                received: want,
+                truncated,
+            }),
+        );
+        self.send_fin(peer, msg_id);
+    }
+
+    /// Tells the sender of rendezvous message `msg_id` that the receiver is done with it: a
+    /// sender on this node completes at once, one elsewhere when the FIN arrives.
+    pub(in crate::engine) fn send_fin(&mut self, p: usize, msg_id: u32) {
+        if !self.finish_local_send(p, msg_id, Kind::Fin) {
+            self.peers[p]
+                .stream
+                .pending
+                .push_back(TxDesc::new(Kind::Fin, msg_id));
+        }
+        self.mark_active(p);
+    }
+
+    /// The receiver asks for a block of a rendezvous send: queue its fragments.
+    pub(super) fn on_pull(&mut self, p: usize, r: &Repr) {
+        let frag = self.peers[p].conn.frag as u64;
+        let Some(&id) = self.peers[p].msgs.sends.get(&r.msg_id) else {
+            self.stats.drop_unknown_msg += 1;
+            return;
+        };
+        let Some(s) = self.reqs.send(id) else {
+            return;
+        };
+        let total = s.buf.len;
+        let end = r.offset.saturating_add(r.total).min(total);
+        if !s.rndv || r.offset >= end {
+            self.stats.drop_malformed += 1;
+            return;
+        }
+        let count = (end - r.offset).div_ceil(frag) as u32;
+        let pending = &mut self.peers[p].stream.pending;
+        for i in 0..count {
+            let off = r.offset + i as u64 * frag;
+            pending.push_back(TxDesc {
+                req: Some(id),
+                frag_index: i,
+                frag_count: count,
+                offset: off,
+                len: (end - off).min(frag) as u32,
+                total,
+                ..TxDesc::new(Kind::PullData, r.msg_id)
+            });
+        }
+        self.mark_active(p);
+    }
+
+    /// A fragment of a pulled block: copy it into the receive; the block's first fragment
+    /// asks for the next block, keeping `pull_outstanding` in flight.
+    pub(super) fn on_pull_data(&mut self, p: usize, r: Repr, f: L::Frame) {
+        let Some(&id) = self.peers[p].msgs.pulls.get(&r.msg_id) else {
+            self.stats.drop_unknown_msg += 1;
+            return;
+        };
+        let Some(rr) = self.reqs.recv_mut(id) else {
+            return;
+        };
+        let RecvState::Pulling { want, got, .. } = &mut rr.state else {
+            return;
+        };
+        if r.offset + r.length as u64 > *want {
+            self.stats.drop_malformed += 1;
+            return;
+        }
+        *got += r.length as u64;
+        rr.received += r.length as u64;
+        let buf = rr.buf;
+        let first = r.frag_index == 0;
+        if r.length > 0 {
+            self.submit_copy(
+                id,
+                f,
+                wire::OVERHEAD..wire::OVERHEAD + r.length as usize,
+                buf,
+                r.offset,
+            );
+        }
+        if first {
+            self.ask_block(id);
+        }
+        self.maybe_finish_pull(id);
+    }
+
+    /// The receiver has the whole message: the send completes.
+    pub(super) fn on_fin(&mut self, p: usize, msg_id: u32) {
+        if let Some(&id) = self.peers[p].msgs.sends.get(&msg_id)
+            && let Some(s) = self.reqs.send_mut(id)
+        {
+            s.fin = true;
+            self.try_finish_send(id);
+        }
+    }
+}

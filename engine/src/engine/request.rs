@@ -1,0 +1,153 @@
+//! The request slab: every pending send and receive, named by a [`ReqId`] whose generation
+//! count makes stale ids miss.
+
+use super::types::{MsgInfo, ReqId};
+use crate::copy::BufRef;
+use crate::matching::MatchSpec;
+
+#[derive(Debug)]
+pub(super) enum RecvState {
+    Posted,
+    /// Eager data flowing straight into the buffer.
+    Eager,
+    /// Rendezvous: pulling `want` bytes; `asked` bytes requested so far.
+    Pulling {
+        peer: usize,
+        msg_id: u32,
+        want: u64,
+        asked: u64,
+        got: u64,
+    },
+    /// Waiting for an unexpected eager message to finish arriving into the store.
+    Claimed,
+}
+
+#[derive(Debug)]
+pub(super) struct RecvReq {
+    pub(super) spec: MatchSpec,
+    pub(super) buf: BufRef,
+    pub(super) state: RecvState,
+    pub(super) info: Option<MsgInfo>,
+    pub(super) received: u64,
+    pub(super) copies: u32,
+    /// Every byte has arrived; the receive completes when `copies` reaches zero.
+    pub(super) arrived: bool,
+}
+
+impl RecvReq {
+    /// A receive posted into `buf` for messages matching `spec`.
+    pub(super) fn posted(spec: MatchSpec, buf: BufRef) -> Self {
+        RecvReq {
+            spec,
+            buf,
+            state: RecvState::Posted,
+            info: None,
+            received: 0,
+            copies: 0,
+            arrived: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct SendReq {
+    pub(super) peer: usize,
+    pub(super) msg_id: u32,
+    pub(super) buf: BufRef,
+    pub(super) bits: u64,
+    pub(super) rank: u32,
+    pub(super) sync: bool,
+    pub(super) rndv: bool,
+    /// Eager frames not yet acknowledged (counted once all are queued).
+    pub(super) unacked: u32,
+    pub(super) queued: bool,
+    pub(super) matched: bool,
+    /// Rendezvous only: the receiver sent FIN.
+    pub(super) fin: bool,
+}
+
+#[derive(Debug)]
+pub(super) enum ReqKind {
+    Send(SendReq),
+    Recv(RecvReq),
+}
+
+#[derive(Debug)]
+pub(super) struct Req {
+    pub(super) ep: u16,
+    pub(super) kind: ReqKind,
+}
+
+/// Requests by index, each slot with the generation of its latest occupant.
+#[derive(Debug, Default)]
+pub(super) struct Requests {
+    slots: Vec<(u32, Option<Req>)>,
+    free: Vec<usize>,
+}
+
+impl Requests {
+    pub(super) fn alloc(&mut self, r: Req) -> ReqId {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[i];
+        slot.0 = slot.0.wrapping_add(1);
+        slot.1 = Some(r);
+        ReqId::new(i, slot.0)
+    }
+
+    pub(super) fn get(&self, id: ReqId) -> Option<&Req> {
+        let (g, r) = self.slots.get(id.index())?;
+        if *g == id.generation() {
+            r.as_ref()
+        } else {
+            None
+        }
+    }
+    pub(super) fn get_mut(&mut self, id: ReqId) -> Option<&mut Req> {
+        let (g, r) = self.slots.get_mut(id.index())?;
+        if *g == id.generation() {
+            r.as_mut()
+        } else {
+            None
+        }
+    }
+    pub(super) fn send(&self, id: ReqId) -> Option<&SendReq> {
+        match &self.get(id)?.kind {
+            ReqKind::Send(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub(super) fn send_mut(&mut self, id: ReqId) -> Option<&mut SendReq> {
+        match &mut self.get_mut(id)?.kind {
+            ReqKind::Send(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub(super) fn recv_mut(&mut self, id: ReqId) -> Option<&mut RecvReq> {
+        match &mut self.get_mut(id)?.kind {
+            ReqKind::Recv(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Removes request `id` (if it is still the slot's occupant) and frees its slot.
+    pub(super) fn take(&mut self, id: ReqId) -> Option<Req> {
+        let (g, slot) = self.slots.get_mut(id.index())?;
+        if *g != id.generation() {
+            return None;
+        }
+        let req = slot.take()?;
+        self.free.push(id.index());
+        Some(req)
+    }
+
+    /// Requests still pending.
+    pub(super) fn live(&self) -> usize {
+        self.slots.iter().filter(|(_, r)| r.is_some()).count()
+    }
+}

@@ -1,0 +1,157 @@
+//! The receive path: a burst of frames from the link, each parsed, checked against this node's
+//! endpoints and sessions, and dispatched — handshake frames to conn.rs, acks to the stream,
+//! sequenced frames through the stream's ordering to the message protocol (proto/).
+
+use super::Engine;
+use super::peer::PeerState;
+use super::stream::Arrival;
+use crate::addr::EndpointAddr;
+use crate::copy::CopyEngine;
+use crate::link::Link;
+use crate::wire::{AckRepr, Frame, Kind, MacAddr, Repr};
+
+/// What one receive burst did.
+pub(super) struct RxBurst {
+    pub(super) frames: usize,
+    /// Fewer frames than a full burst: the link's receive queue is drained.
+    pub(super) drained: bool,
+}
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// Takes up to a burst of frames from the link and handles each.
+    pub(super) fn receive(&mut self, link: &mut L, now: u64) -> RxBurst {
+        let mut rx = std::mem::take(&mut self.rx);
+        link.rx_burst(&mut rx, self.cfg.burst);
+        let burst = RxBurst {
+            frames: rx.len(),
+            drained: rx.len() < self.cfg.burst,
+        };
+        for f in rx.drain(..) {
+            self.on_frame(f, now);
+        }
+        self.rx = rx;
+        burst
+    }
+
+    /// Demux: which endpoint, which peer, which incarnation of each.
+    fn on_frame(&mut self, f: L::Frame, now: u64) {
+        let r = match Frame::new_checked(f.as_ref()).and_then(|fr| Repr::parse(&fr)) {
+            Ok(r) => r,
+            Err(e) => {
+                self.stats.drop(e);
+                return;
+            }
+        };
+        self.stats.rx_frames += 1;
+        if r.dst_mac != self.mac && r.dst_mac != MacAddr::BROADCAST {
+            self.stats.drop_not_ours += 1;
+            return;
+        }
+        let Ok(e) = self.eps.get(r.dst_ep) else {
+            self.stats.drop_no_endpoint += 1;
+            return;
+        };
+        let my_session = e.session;
+        let from = EndpointAddr::new(r.src_mac, r.src_ep);
+        let kind = r.kind.expect("parsed");
+        match kind {
+            Kind::Connect => self.on_connect(r, from, f.as_ref(), now),
+            Kind::ConnectAck => self.on_connect_ack(r, from, my_session, f.as_ref(), now),
+            Kind::Reset => self.on_reset(r, from, my_session),
+            _ => {
+                let Some(&p) = self.peer_index.get(&(r.dst_ep, from)) else {
+                    self.stats.drop_stale += 1;
+                    if r.dst_session != my_session {
+                        self.send_reset(r, my_session);
+                    }
+                    return;
+                };
+                if r.dst_session != my_session {
+                    // Addressed to an earlier incarnation of this endpoint: tell the sender.
+                    self.stats.drop_stale += 1;
+                    self.send_reset(r, my_session);
+                    return;
+                }
+                let conn = &self.peers[p].conn;
+                if conn.state != PeerState::Connected || conn.remote_session != r.src_session {
+                    self.stats.drop_stale += 1;
+                    return;
+                }
+                if kind == Kind::Ack {
+                    let sack = AckRepr::parse(Frame::new_unchecked(f.as_ref()).payload())
+                        .unwrap_or_default();
+                    self.on_ack(p, r.ack, r.credit, Some(&sack), now);
+                } else {
+                    self.on_ack(p, r.ack, r.credit, None, now);
+                    self.on_sequenced(p, r, f, now);
+                }
+            }
+        }
+    }
+
+    /// The ack and credit fields every frame from a connected peer carries, and an Ack
+    /// frame's selective ack: retire what was acknowledged, send what the credit now allows.
+    fn on_ack(&mut self, p: usize, ack: u32, credit: u32, sack: Option<&AckRepr>, now: u64) {
+        let peer = &mut self.peers[p];
+        peer.conn.last_rx = now;
+        let more_credit = peer.credit.on_released(credit);
+        let done = peer.stream.on_ack(ack, sack, now, self.cfg.rto_min_ns);
+        if peer.stream.has_tx() {
+            self.mark_active(p);
+        }
+        if more_credit && !self.peers[p].msgs.waiting.is_empty() {
+            self.flush_waiting(p);
+            self.mark_active(p);
+        }
+        for d in done {
+            if d.kind == Kind::Eager
+                && let Some(id) = d.req
+                && let Some(s) = self.reqs.send_mut(id)
+            {
+                s.unacked = s.unacked.saturating_sub(1);
+                self.try_finish_send(id);
+            }
+        }
+    }
+
+    /// A sequenced frame: delivered if next in order (with those held behind it), held if
+    /// ahead of a gap, dropped if already delivered.
+    fn on_sequenced(&mut self, p: usize, r: Repr, f: L::Frame, now: u64) {
+        match self.peers[p].stream.arrival(r.seq, self.cfg.window) {
+            Arrival::Next => {
+                if !self.process(p, r, f) {
+                    self.stats.rx_stalled += 1;
+                    return;
+                }
+                self.peers[p].stream.advance();
+                // Frames that were waiting for this one.
+                while let Some(f) = self.peers[p].stream.take_held() {
+                    let Ok(r) = Frame::new_checked(f.as_ref()).and_then(|x| Repr::parse(&x)) else {
+                        break;
+                    };
+                    if !self.process(p, r, f) {
+                        // Put nothing back: the sender retransmits what we could not take.
+                        self.stats.rx_stalled += 1;
+                        self.peers[p].stream.reorder.clear();
+                        break;
+                    }
+                    self.peers[p].stream.advance();
+                }
+                let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
+                self.peers[p].stream.schedule_ack(now, every, delay);
+            }
+            Arrival::Ahead => {
+                if self.peers[p].stream.hold(r.seq, f) {
+                    self.stats.rx_out_of_order += 1;
+                } else {
+                    self.stats.rx_duplicates += 1;
+                }
+            }
+            Arrival::Stale => {
+                self.stats.rx_duplicates += 1;
+                self.peers[p].stream.ack_soon();
+            }
+        }
+        self.mark_active(p);
+    }
+}

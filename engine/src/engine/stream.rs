@@ -1,0 +1,444 @@
+//! The reliable in-order stream to one peer: sequence numbers, cumulative and selective acks,
+//! the reorder buffer, the RTT estimate and retransmit bookkeeping.
+//!
+//! The stream knows frames only as descriptors ([`TxDesc`]) and builds none itself: a
+//! [`FrameSource`] turns a descriptor into a frame, so resending never reaches into the
+//! operation a frame belongs to.
+
+use super::types::ReqId;
+use crate::config::Config;
+use crate::wire::{AckRepr, Kind};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Frames resent when the retransmit timer fires.
+const RTO_BURST: usize = 8;
+
+/// Wrapping sequence comparison: `a` before `b`.
+#[inline]
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// One sequenced frame to (re)build: enough to emit it again with the same sequence number.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TxDesc {
+    pub(super) seq: u32,
+    pub(super) kind: Kind,
+    pub(super) flags: u16,
+    pub(super) req: Option<ReqId>,
+    pub(super) msg_id: u32,
+    pub(super) frag_index: u32,
+    pub(super) frag_count: u32,
+    pub(super) offset: u64,
+    pub(super) len: u32,
+    pub(super) total: u64,
+    pub(super) first_sent: u64,
+    pub(super) last_sent: u64,
+    pub(super) retries: u32,
+    pub(super) acked: bool,
+}
+
+impl TxDesc {
+    /// A one-fragment frame of `kind` about message `msg_id`, with no data.
+    pub(super) fn new(kind: Kind, msg_id: u32) -> Self {
+        TxDesc {
+            seq: 0,
+            kind,
+            flags: 0,
+            req: None,
+            msg_id,
+            frag_index: 0,
+            frag_count: 1,
+            offset: 0,
+            len: 0,
+            total: 0,
+            first_sent: 0,
+            last_sent: 0,
+            retries: 0,
+            acked: false,
+        }
+    }
+}
+
+/// What became of a descriptor handed to a [`FrameSource`].
+pub(super) enum Emit {
+    Sent,
+    /// The link had no frame buffer: nothing happened, try again later.
+    NoBuffer,
+    /// Its operation failed or is gone: the frame is not sent.
+    Gone,
+}
+
+/// Builds the frames the stream asks for, into a transmit burst.
+pub(super) trait FrameSource {
+    /// Whether the burst has room for another frame.
+    fn room(&self) -> bool;
+    /// Builds and queues the frame `d` stands for.
+    fn emit(&mut self, d: &TxDesc) -> Emit;
+}
+
+/// Smoothed round-trip time and its variation (RFC 6298).
+#[derive(Debug, Default)]
+pub(super) struct Rtt {
+    pub(super) srtt: u64,
+    rttvar: u64,
+    valid: bool,
+}
+
+impl Rtt {
+    fn sample(&mut self, r: u64) {
+        if !self.valid {
+            self.srtt = r;
+            self.rttvar = r / 2;
+            self.valid = true;
+        } else {
+            let d = self.srtt.abs_diff(r);
+            self.rttvar = (3 * self.rttvar + d) / 4;
+            self.srtt = (7 * self.srtt + r) / 8;
+        }
+    }
+    fn rto(&self, c: &Config) -> u64 {
+        if !self.valid {
+            return c.rto_initial_ns;
+        }
+        (self.srtt + 4 * self.rttvar).clamp(c.rto_min_ns, c.rto_max_ns)
+    }
+}
+
+/// Where an arriving sequenced frame falls relative to the next one expected.
+pub(super) enum Arrival {
+    /// The next in order: deliver it.
+    Next,
+    /// Ahead, within the window: hold it until the gap fills.
+    Ahead,
+    /// Already delivered (our ack was lost) or beyond the window.
+    Stale,
+}
+
+/// What one transmit pass of the stream sent.
+pub(super) struct Sent {
+    pub(super) frames: usize,
+    pub(super) retransmits: u64,
+}
+
+/// What the retransmit timer found.
+pub(super) struct RtoScan {
+    /// A frame has gone unacknowledged past the peer deadline.
+    pub(super) dead: bool,
+    /// Frames were queued for resending.
+    pub(super) fired: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Stream<F> {
+    // transmit side
+    pub(super) next_seq: u32,
+    pub(super) pending: VecDeque<TxDesc>,
+    pub(super) unacked: VecDeque<TxDesc>,
+    pub(super) resend: VecDeque<u32>,
+    rtt: Rtt,
+    /// Doublings of the retransmit timeout since the cumulative ack last moved.
+    rto_backoff: u32,
+    // receive side
+    pub(super) rcv_next: u32,
+    pub(super) reorder: BTreeMap<u32, F>,
+    ack_owed: u32,
+    pub(super) ack_due: Option<u64>,
+    pub(super) ack_now: bool,
+}
+
+impl<F> Default for Stream<F> {
+    fn default() -> Self {
+        Stream {
+            next_seq: 0,
+            pending: VecDeque::new(),
+            unacked: VecDeque::new(),
+            resend: VecDeque::new(),
+            rtt: Rtt::default(),
+            rto_backoff: 0,
+            rcv_next: 0,
+            reorder: BTreeMap::new(),
+            ack_owed: 0,
+            ack_due: None,
+            ack_now: false,
+        }
+    }
+}
+
+impl<F> Stream<F> {
+    /// Forgets the sequence state of a dead incarnation (the RTT estimate is kept: the path
+    /// is the same).
+    pub(super) fn reset(&mut self) {
+        self.pending.clear();
+        self.unacked.clear();
+        self.resend.clear();
+        self.reorder.clear();
+        self.next_seq = 0;
+        self.rcv_next = 0;
+        self.ack_owed = 0;
+        self.ack_due = None;
+        self.ack_now = false;
+    }
+
+    /// Frames to send or resend.
+    pub(super) fn has_tx(&self) -> bool {
+        !self.resend.is_empty() || !self.pending.is_empty()
+    }
+
+    // ---- acknowledgements -----------------------------------------------------------------
+
+    /// Takes a cumulative ack (every frame before `ack`) and an optional selective ack of the
+    /// frames after it. Returns the frames newly acknowledged; those sent once have fed the RTT
+    /// estimate. Frames below the highest selectively acked one are scheduled for resending.
+    pub(super) fn on_ack(
+        &mut self,
+        ack: u32,
+        sack: Option<&AckRepr>,
+        now: u64,
+        rto_min_ns: u64,
+    ) -> smallvec::SmallVec<[TxDesc; 16]> {
+        let mut done: smallvec::SmallVec<[TxDesc; 16]> = smallvec::SmallVec::new();
+        while let Some(d) = self.unacked.front() {
+            if !seq_lt(d.seq, ack) {
+                break;
+            }
+            let d = self.unacked.pop_front().expect("front");
+            self.rto_backoff = 0;
+            if !d.acked {
+                done.push(d);
+            }
+        }
+        if let Some(s) = sack {
+            let mut highest = None;
+            for (i, d) in self.unacked.iter_mut().enumerate() {
+                let off = d.seq.wrapping_sub(ack).wrapping_sub(1);
+                if s.has(off) {
+                    highest = Some(i);
+                    if !d.acked {
+                        d.acked = true;
+                        done.push(*d);
+                    }
+                }
+            }
+            // Everything below the highest selectively acked frame and not acked itself was
+            // lost: resend it now, at most once per round trip.
+            if let Some(h) = highest {
+                let rtt = self.rtt.srtt.max(rto_min_ns / 2);
+                for d in self.unacked.iter().take(h) {
+                    if !d.acked
+                        && now.saturating_sub(d.last_sent) >= rtt
+                        && !self.resend.contains(&d.seq)
+                    {
+                        self.resend.push_back(d.seq);
+                    }
+                }
+            }
+        }
+        for d in &done {
+            if d.retries == 0 {
+                self.rtt.sample(now.saturating_sub(d.first_sent));
+            }
+        }
+        done
+    }
+
+    // ---- receive order --------------------------------------------------------------------
+
+    pub(super) fn arrival(&self, seq: u32, window: u32) -> Arrival {
+        let d = seq.wrapping_sub(self.rcv_next);
+        if d == 0 {
+            Arrival::Next
+        } else if (d as i32) > 0 && d < window {
+            Arrival::Ahead
+        } else {
+            Arrival::Stale
+        }
+    }
+
+    /// Holds a frame that arrived ahead of a gap; `false` if it is held already. Either way
+    /// the sender is told at once what is missing.
+    pub(super) fn hold(&mut self, seq: u32, f: F) -> bool {
+        self.ack_now = true;
+        if let std::collections::btree_map::Entry::Vacant(e) = self.reorder.entry(seq) {
+            e.insert(f);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A stale frame arrived: the sender missed our ack, so send one at once.
+    pub(super) fn ack_soon(&mut self) {
+        self.ack_now = true;
+    }
+
+    /// The next frame in order was delivered.
+    pub(super) fn advance(&mut self) {
+        self.rcv_next = self.rcv_next.wrapping_add(1);
+        self.ack_owed += 1;
+    }
+
+    /// The held frame that is next in order, if the gap before it has filled.
+    pub(super) fn take_held(&mut self) -> Option<F> {
+        let n = self.rcv_next;
+        self.reorder.remove(&n)
+    }
+
+    /// After delivering in order: ack at once every `ack_every` frames or while a gap remains,
+    /// otherwise within `ack_delay_ns` (or with the next frame out).
+    pub(super) fn schedule_ack(&mut self, now: u64, ack_every: u32, ack_delay_ns: u64) {
+        if self.ack_owed >= ack_every || !self.reorder.is_empty() {
+            self.ack_now = true;
+        } else if self.ack_due.is_none() {
+            self.ack_due = Some(now + ack_delay_ns);
+        }
+    }
+
+    /// Whether a standalone ack is due.
+    pub(super) fn ack_due_at(&self, now: u64) -> bool {
+        self.ack_now || self.ack_due.is_some_and(|t| now >= t)
+    }
+
+    /// The selective ack of the frames held beyond the gap.
+    pub(super) fn sack(&self) -> AckRepr {
+        let mut a = AckRepr::default();
+        for &s in self.reorder.keys() {
+            a.set(s.wrapping_sub(self.rcv_next).wrapping_sub(1));
+        }
+        a
+    }
+
+    /// A standalone ack went out.
+    pub(super) fn acked(&mut self) {
+        self.ack_owed = 0;
+        self.ack_due = None;
+        self.ack_now = false;
+    }
+
+    // ---- transmit -------------------------------------------------------------------------
+
+    /// Resends what was lost, then sends pending frames while fewer than `limit` are
+    /// unacknowledged, as long as `src` has room. Sequenced frames carry the ack, so an ack
+    /// owed is then paid.
+    pub(super) fn transmit(&mut self, src: &mut impl FrameSource, now: u64, limit: usize) -> Sent {
+        let mut out = Sent {
+            frames: 0,
+            retransmits: 0,
+        };
+        let mut piggybacked = false;
+        // Retransmissions first: they hold up the receiver's in-order delivery.
+        while src.room() {
+            let Some(seq) = self.resend.pop_front() else {
+                break;
+            };
+            let Some(front) = self.unacked.front() else {
+                continue;
+            };
+            let i = seq.wrapping_sub(front.seq) as usize;
+            let Some(d) = self.unacked.get_mut(i) else {
+                continue;
+            };
+            if d.acked {
+                continue;
+            }
+            let d = *d;
+            match src.emit(&d) {
+                Emit::Sent => {
+                    if let Some(x) = self.unacked.get_mut(i) {
+                        x.retries += 1;
+                        x.last_sent = now;
+                    }
+                    out.retransmits += 1;
+                    out.frames += 1;
+                    piggybacked = true;
+                }
+                Emit::NoBuffer => {
+                    // Out of frames: try again next pass, nothing counted as sent.
+                    self.resend.push_front(seq);
+                    break;
+                }
+                Emit::Gone => {
+                    // Its operation failed after the frame went out: the receiver still needs
+                    // the sequence number, so it becomes a no-op frame.
+                    if let Some(x) = self.unacked.get_mut(i) {
+                        *x = TxDesc {
+                            seq,
+                            first_sent: x.first_sent,
+                            last_sent: x.last_sent,
+                            ..TxDesc::new(Kind::Ping, 0)
+                        };
+                    }
+                    self.resend.push_front(seq);
+                }
+            }
+        }
+        while src.room() && self.unacked.len() < limit {
+            let Some(mut d) = self.pending.pop_front() else {
+                break;
+            };
+            d.seq = self.next_seq;
+            d.first_sent = now;
+            d.last_sent = now;
+            // The sequence number is taken only once the frame is built: a frame that finds
+            // no buffer must not leave a hole that the receiver would buffer everything
+            // behind (holding the very buffers the sender is short of). A frame whose
+            // operation failed meanwhile is dropped unnumbered.
+            match src.emit(&d) {
+                Emit::Sent => {
+                    self.next_seq = self.next_seq.wrapping_add(1);
+                    self.unacked.push_back(d);
+                    out.frames += 1;
+                    piggybacked = true;
+                }
+                Emit::NoBuffer => {
+                    self.pending.push_front(d);
+                    break;
+                }
+                Emit::Gone => {}
+            }
+        }
+        if piggybacked {
+            self.ack_owed = 0;
+            self.ack_due = None;
+            if self.reorder.is_empty() {
+                self.ack_now = false;
+            }
+        }
+        out
+    }
+
+    // ---- timers ---------------------------------------------------------------------------
+
+    /// On a timeout only the oldest few frames go again (a scheduling hiccup or one lost ack
+    /// must not resend a whole window), and the timeout doubles until the cumulative ack
+    /// moves; holes further on are filled by selective acks. A frame unacknowledged for
+    /// longer than `timeout` means the peer is dead.
+    pub(super) fn rto_scan(&mut self, now: u64, cfg: &Config, timeout: u64) -> RtoScan {
+        let wait = (self.rtt.rto(cfg) << self.rto_backoff.min(16)).min(cfg.rto_max_ns);
+        let mut dead = false;
+        let mut fired = 0;
+        for d in self.unacked.iter() {
+            if d.acked {
+                continue;
+            }
+            if now.saturating_sub(d.first_sent) > timeout {
+                dead = true;
+                break;
+            }
+            if fired < RTO_BURST
+                && now.saturating_sub(d.last_sent) >= wait
+                && !self.resend.contains(&d.seq)
+            {
+                self.resend.push_back(d.seq);
+                fired += 1;
+            }
+        }
+        if fired > 0 {
+            self.rto_backoff += 1;
+        }
+        RtoScan {
+            dead,
+            fired: fired > 0,
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Timers, scanned every quarter of the minimum retransmit timeout: connect deadlines,
+//! retransmits, keepalives to quiet peers that operations wait on, peer deadlines, credit
+//! reclaim; and how long an idle loop may sleep without missing one of them.
+
+use super::Engine;
+use super::peer::PeerState;
+use super::stream::TxDesc;
+use super::types::Error;
+use crate::copy::CopyEngine;
+use crate::link::Link;
+use crate::wire::Kind;
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// Runs the timers if a scan is due.
+    pub(super) fn timers(&mut self, now: u64) {
+        if now.wrapping_sub(self.last_timer_scan) < self.cfg.rto_min_ns / 4 {
+            return;
+        }
+        self.last_timer_scan = now;
+        if self.credit_pressure {
+            self.reclaim_idle_credit(now);
+        }
+        for p in 0..self.peers.len() {
+            self.peer_timers(p, now);
+        }
+    }
+
+    fn peer_timers(&mut self, p: usize, now: u64) {
+        let timeout = self.cfg.peer_timeout_ns;
+        let peer = &mut self.peers[p];
+        match peer.conn.state {
+            PeerState::Idle => return,
+            PeerState::Connecting => {
+                if now.saturating_sub(peer.conn.connect_first) > timeout {
+                    let a = peer.addr;
+                    self.stats.peer_timeouts += 1;
+                    self.reset_peer(p, Error::PeerUnreachable(a));
+                }
+                return;
+            }
+            PeerState::Connected => {}
+        }
+        if peer.stream.ack_due.is_some_and(|t| now >= t) {
+            self.mark_active(p);
+        }
+        let peer = &mut self.peers[p];
+        let rto = peer.stream.rto_scan(now, &self.cfg, timeout);
+        let mut dead = rto.dead;
+        let mut any = false;
+        if rto.fired {
+            self.stats.rto_events += 1;
+            any = true;
+        }
+        // Operations waiting on a peer that has gone quiet: make it answer, so a dead or
+        // restarted peer is noticed (by the deadline, or by its reset).
+        if peer.waiting_on_peer()
+            && peer.stream.unacked.is_empty()
+            && peer.stream.pending.is_empty()
+            && now.saturating_sub(peer.conn.last_rx) > timeout / 4
+        {
+            peer.stream.pending.push_back(TxDesc::new(Kind::Ping, 0));
+            peer.conn.last_rx = now;
+            any = true;
+        }
+        // A receiver waiting on data from a silent peer gives up too.
+        if !dead
+            && (!peer.msgs.pulls.is_empty() || peer.msgs.in_eager.is_some())
+            && now.saturating_sub(peer.conn.last_rx) > timeout
+        {
+            dead = true;
+        }
+        if dead {
+            let a = peer.addr;
+            self.stats.peer_timeouts += 1;
+            self.reset_peer(p, Error::PeerUnreachable(a));
+        } else if any {
+            self.mark_active(p);
+        }
+    }
+
+    /// How long an idle loop may sleep without missing a timer of its own (an ack falling
+    /// due, the retransmit scan while frames are unacknowledged, a connect or a waiting
+    /// operation's keepalive): 0 means poll again at once, `u64::MAX` nothing timed.
+    /// Frames arriving meanwhile are the link's business (it wakes the loop, or the loop
+    /// bounds its sleep).
+    pub fn sleep_budget_ns(&self, now: u64) -> u64 {
+        if !self.copy_fifo.is_empty() || !self.resets.is_empty() || !self.completions.is_empty() {
+            return 0;
+        }
+        let scan = self.cfg.rto_min_ns / 4;
+        let mut budget = u64::MAX;
+        for p in &self.peers {
+            match p.conn.state {
+                PeerState::Idle => continue,
+                PeerState::Connecting => budget = budget.min(scan),
+                PeerState::Connected => {}
+            }
+            let s = &p.stream;
+            if s.ack_now || p.conn.connect_ack_owed || s.has_tx() {
+                return 0;
+            }
+            if let Some(t) = s.ack_due {
+                budget = budget.min(t.saturating_sub(now));
+            }
+            if !s.unacked.is_empty() || p.waiting_on_peer() {
+                budget = budget.min(scan);
+            }
+        }
+        budget
+    }
+}

@@ -1,0 +1,244 @@
+//! The transmit path: every active peer's handshake frames, its stream's (re)transmissions
+//! and its standalone ack, built into link buffers and sent as one burst.
+
+use super::Engine;
+use super::peer::PeerState;
+use super::request::{Req, ReqKind};
+use super::stream::{Emit, FrameSource, TxDesc};
+use super::types::Error;
+use crate::copy::CopyEngine;
+use crate::link::Link;
+use crate::wire::{self, ConnectRepr, Frame, Kind, Repr};
+
+/// The frame source for one peer's stream: builds its descriptors into the burst, under
+/// the header that every frame to the peer shares.
+struct Burst<'a, L: Link, C: CopyEngine<L::Frame>> {
+    engine: &'a mut Engine<L, C>,
+    link: &'a mut L,
+    header: Repr,
+    budget: usize,
+}
+
+impl<L: Link, C: CopyEngine<L::Frame>> FrameSource for Burst<'_, L, C> {
+    fn room(&self) -> bool {
+        self.engine.tx.len() < self.budget
+    }
+    fn emit(&mut self, d: &TxDesc) -> Emit {
+        self.engine.emit_desc(self.link, self.header, d)
+    }
+}
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// Builds frames for the active peers (up to two bursts' worth) and hands them to the link.
+    pub(super) fn transmit(&mut self, link: &mut L, now: u64) -> usize {
+        let mut sent = 0;
+        for r in std::mem::take(&mut self.resets) {
+            sent += self.emit(link, r, None) as usize;
+        }
+        let active = std::mem::take(&mut self.active);
+        let budget = self.cfg.burst * 2;
+        for &p in &active {
+            self.peers[p].in_active = false;
+            if self.tx.len() >= budget {
+                self.mark_active(p);
+                continue;
+            }
+            sent += self.transmit_peer(link, p, now, budget);
+            let peer = &self.peers[p];
+            let (conn, stream) = (&peer.conn, &peer.stream);
+            let more = conn.state == PeerState::Connecting
+                || stream.ack_due.is_some()
+                || !stream.resend.is_empty()
+                || (conn.state == PeerState::Connected
+                    && !stream.pending.is_empty()
+                    && (stream.unacked.len() as u32) < self.cfg.window.min(conn.remote_window));
+            if more {
+                self.mark_active(p);
+            }
+        }
+        if !self.tx.is_empty() {
+            let before = self.tx.len();
+            link.tx_burst(&mut self.tx);
+            self.stats.tx_frames += (before - self.tx.len()) as u64;
+            if !self.tx.is_empty() {
+                self.stats.tx_backpressure += 1;
+            }
+        }
+        sent
+    }
+
+    /// The header of a frame of `kind` to peer `p`, carrying this side's ack and credit.
+    fn header(&self, p: usize, kind: Kind) -> Repr {
+        let peer = &self.peers[p];
+        let session = self.eps.get(peer.ep).map_or(0, |e| e.session);
+        Repr {
+            dst_mac: peer.addr.mac,
+            src_mac: self.mac,
+            kind: Some(kind),
+            dst_ep: peer.addr.ep,
+            src_ep: peer.ep,
+            src_session: session,
+            dst_session: peer.conn.remote_session,
+            ack: peer.stream.rcv_next,
+            credit: peer.credit.released,
+            ..Repr::default()
+        }
+    }
+
+    fn transmit_peer(&mut self, link: &mut L, p: usize, now: u64, budget: usize) -> usize {
+        let state = self.peers[p].conn.state;
+        let mut sent = self.transmit_handshake(link, p, now);
+        if state != PeerState::Connected {
+            return sent;
+        }
+        let limit = self.cfg.window.min(self.peers[p].conn.remote_window) as usize;
+        // The stream is taken out while it drives the burst: building a frame needs the
+        // engine (the send's buffer, the copy engine, a failed send's completion), never
+        // the stream itself.
+        let header = self.header(p, Kind::Ping);
+        let mut stream = std::mem::take(&mut self.peers[p].stream);
+        let out = stream.transmit(
+            &mut Burst {
+                engine: self,
+                link,
+                header,
+                budget,
+            },
+            now,
+            limit,
+        );
+        self.peers[p].stream = stream;
+        self.stats.retransmits += out.retransmits;
+        sent += out.frames;
+        if self.peers[p].stream.ack_due_at(now) && self.tx.len() < budget {
+            let h = Repr {
+                length: wire::ACK_PAYLOAD_LEN as u32,
+                ..self.header(p, Kind::Ack)
+            };
+            let mut payload = [0u8; wire::ACK_PAYLOAD_LEN];
+            self.peers[p].stream.sack().emit(&mut payload);
+            if self.emit(link, h, Some(&payload)) {
+                sent += 1;
+                self.stats.acks_sent += 1;
+                self.peers[p].stream.acked();
+            }
+        }
+        sent
+    }
+
+    /// Connect (resent with backoff while connecting) and ConnectAck (once owed).
+    fn transmit_handshake(&mut self, link: &mut L, p: usize, now: u64) -> usize {
+        let mut sent = 0;
+        let state = self.peers[p].conn.state;
+        if state == PeerState::Connecting {
+            let conn = &self.peers[p].conn;
+            let backoff =
+                (self.cfg.rto_initial_ns << conn.connect_tries.min(12)).min(self.cfg.rto_max_ns);
+            if conn.connect_tries == 0 || now.saturating_sub(conn.connect_sent) >= backoff {
+                let h = Repr {
+                    dst_session: 0,
+                    length: wire::CONNECT_PAYLOAD_LEN as u32,
+                    ..self.header(p, Kind::Connect)
+                };
+                let payload = self.connect_payload(p);
+                sent += self.emit(link, h, Some(&payload)) as usize;
+                let conn = &mut self.peers[p].conn;
+                conn.connect_sent = now;
+                conn.connect_tries += 1;
+            }
+        }
+        if self.peers[p].conn.connect_ack_owed && state == PeerState::Connected {
+            let h = Repr {
+                length: wire::CONNECT_PAYLOAD_LEN as u32,
+                ..self.header(p, Kind::ConnectAck)
+            };
+            let payload = self.connect_payload(p);
+            if self.emit(link, h, Some(&payload)) {
+                sent += 1;
+                self.peers[p].conn.connect_ack_owed = false;
+            }
+        }
+        sent
+    }
+
+    /// What this side offers peer `p` in the handshake (taking its grant from the store on
+    /// first use).
+    fn connect_payload(&mut self, p: usize) -> [u8; wire::CONNECT_PAYLOAD_LEN] {
+        let c = ConnectRepr {
+            max_frame: self.cfg.max_frame as u32,
+            window: self.cfg.window,
+            eager_credit: self.grant_for_new_peer(p),
+        };
+        let mut payload = [0u8; wire::CONNECT_PAYLOAD_LEN];
+        c.emit(&mut payload);
+        payload
+    }
+
+    /// Builds the frame a sequenced descriptor stands for, under `header` (the peer's).
+    fn emit_desc(&mut self, link: &mut L, header: Repr, d: &TxDesc) -> Emit {
+        let mut h = Repr {
+            kind: Some(d.kind),
+            flags: d.flags,
+            seq: d.seq,
+            msg_id: d.msg_id,
+            frag_index: d.frag_index,
+            frag_count: d.frag_count,
+            offset: d.offset,
+            total: d.total,
+            ..header
+        };
+        let mut src = None;
+        if let Some(id) = d.req
+            && let Some(Req {
+                kind: ReqKind::Send(s),
+                ..
+            }) = self.reqs.get(id)
+        {
+            h.match_bits = s.bits;
+            h.src_rank = s.rank;
+            if matches!(d.kind, Kind::Eager | Kind::PullData) {
+                h.length = d.len;
+                src = Some(s.buf);
+            }
+        } else if d.req.is_some() {
+            return Emit::Gone;
+        }
+        let len = wire::OVERHEAD + h.length as usize;
+        let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
+            self.stats.tx_no_buffers += 1;
+            return Emit::NoBuffer;
+        };
+        let b = buf.as_mut();
+        h.emit(b);
+        if let Some(sb) = src
+            && let Err(e) = self.copy.read(&sb, d.offset, &mut b[wire::OVERHEAD..len])
+        {
+            if let Some(id) = d.req {
+                self.finish(id, Err(Error::Copy(e.0)));
+            }
+            return Emit::Gone;
+        }
+        Frame::new_unchecked(buf.as_mut()).fill_checksum();
+        self.stats.tx_bytes += len as u64;
+        self.tx.push(buf);
+        Emit::Sent
+    }
+
+    /// Emits an unsequenced frame (connect, ack, reset).
+    fn emit(&mut self, link: &mut L, h: Repr, payload: Option<&[u8]>) -> bool {
+        let len = wire::OVERHEAD + h.length as usize;
+        let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
+            self.stats.tx_no_buffers += 1;
+            return false;
+        };
+        let b = buf.as_mut();
+        h.emit(b);
+        if let Some(pl) = payload {
+            b[wire::OVERHEAD..len].copy_from_slice(&pl[..h.length as usize]);
+        }
+        Frame::new_unchecked(buf.as_mut()).fill_checksum();
+        self.stats.tx_bytes += len as u64;
+        self.tx.push(buf);
+        true
+    }
+}

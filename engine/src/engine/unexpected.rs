@@ -1,0 +1,90 @@
+//! The unexpected store: messages that arrived before a matching receive was posted. Eager
+//! messages are held whole (bounded by bytes and count, paid for by the credit granted to
+//! their senders); rendezvous RTSs header-only (bounded by their own count).
+
+use super::types::{MsgInfo, ReqId};
+use crate::fasthash::FastMap as HashMap;
+use crate::matching::MatchSpec;
+
+#[derive(Debug)]
+pub(super) struct Unexp {
+    pub(super) ep: u16,
+    pub(super) peer: usize,
+    pub(super) msg_id: u32,
+    pub(super) info: MsgInfo,
+    pub(super) sync: bool,
+    pub(super) rndv: bool,
+    pub(super) data: Vec<u8>,
+    pub(super) received: u64,
+    pub(super) cost: u32,
+    /// A receive waiting for the rest of the data.
+    pub(super) claimed: Option<ReqId>,
+}
+
+#[derive(Debug)]
+pub(super) struct Store {
+    msgs: HashMap<u64, Unexp>,
+    next: u64,
+    bytes: u64,
+    /// Unexpected RTSs held (bounded apart from eager messages: they cost no credit).
+    rts: usize,
+    /// Messages taken by `improbe`, by handle, until `imrecv` receives them.
+    pub(super) probed: HashMap<u64, u64>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store {
+            msgs: HashMap::default(),
+            next: 1,
+            bytes: 0,
+            rts: 0,
+            probed: HashMap::default(),
+        }
+    }
+}
+
+impl Store {
+    /// Stores `x`; returns its key.
+    pub(super) fn insert(&mut self, x: Unexp) -> u64 {
+        let u = self.next;
+        self.next += 1;
+        self.bytes += x.data.capacity() as u64;
+        self.rts += usize::from(x.rndv);
+        self.msgs.insert(u, x);
+        u
+    }
+
+    pub(super) fn remove(&mut self, u: u64) -> Option<Unexp> {
+        let x = self.msgs.remove(&u)?;
+        self.bytes -= x.data.capacity() as u64;
+        self.rts -= usize::from(x.rndv);
+        Some(x)
+    }
+
+    pub(super) fn get(&self, u: u64) -> Option<&Unexp> {
+        self.msgs.get(&u)
+    }
+    pub(super) fn get_mut(&mut self, u: u64) -> Option<&mut Unexp> {
+        self.msgs.get_mut(&u)
+    }
+
+    /// Whether stored message `u` matches what `spec` asks for.
+    pub(super) fn matches(&self, u: u64, spec: &MatchSpec) -> bool {
+        self.get(u)
+            .is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank))
+    }
+
+    /// Bytes held by eager messages.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// RTSs held.
+    pub(super) fn rts(&self) -> usize {
+        self.rts
+    }
+    /// Eager messages held.
+    pub(super) fn eager(&self) -> usize {
+        self.msgs.len() - self.rts
+    }
+}
