@@ -2,14 +2,14 @@
 //! over a [`Link`] (frames in and out) and a [`CopyEngine`] (message bytes).
 //!
 //! The rooms, from the bottom up: state with no knowledge of the engine —
-//! [`types`] (the public types), [`request`] (the request slab), [`endpoint`], [`unexpected`]
-//! (the store of early messages), [`stream`] (the reliable in-order stream to a peer) and
-//! [`peer`] (a peer in the parts each layer owns) — then this file (the [`Engine`] struct,
+//! `types` (the public types), `request` (the request slab), `endpoint`, `unexpected`
+//! (the store of early messages), `stream` (the reliable in-order stream to a peer) and
+//! `peer` (a peer in the parts each layer owns) — then this file (the [`Engine`] struct,
 //! its accessors and the poll loop), then the engine's behaviour by concern, each an
-//! `impl Engine` block that reads and changes its own part: [`api`] (the MPI-shaped calls),
-//! [`conn`] (handshake, sessions, the peer table, resets), [`credit`], [`proto`] (the eager
-//! and rendezvous message state machines), [`copyq`] (the copy FIFO), [`rx`] (demux and
-//! dispatch), [`tx`] (building and sending frames) and [`timers`].
+//! `impl Engine` block that reads and changes its own part: `api` (the MPI-shaped calls),
+//! `conn` (handshake, sessions, the peer table, resets), `credit`, `proto` (the eager
+//! and rendezvous message state machines), `copyq` (the copy FIFO), `rx` (demux and
+//! dispatch), `tx` (building and sending frames) and `timers`.
 
 mod api;
 mod conn;
