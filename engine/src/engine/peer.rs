@@ -113,7 +113,7 @@ pub(super) struct InEager {
 #[derive(Debug)]
 pub(super) struct Msgs {
     pub(super) next_msg_id: u32,
-    /// Messages waiting for the connection (or for credit), in order.
+    /// Messages waiting for the connection, in order.
     pub(super) waiting: VecDeque<ReqId>,
     /// Sends, until they complete.
     pub(super) sends: HashMap<u32, ReqId>,
