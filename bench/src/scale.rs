@@ -31,11 +31,14 @@ pub struct Row {
     pub msgs_per_s: f64,
     /// Bursty traffic: 9 messages in 10 from a hot set of 16 endpoints.
     pub msgs_per_s_hot: f64,
-    /// Resident memory the N idle peers added, per peer and per end (each pair's two ends
-    /// live in this process, each holding one peer).
+    /// Engine memory per idle peer: engine A's own accounting of its peers (each peer's
+    /// state and queue buffers by capacity, and its peer-table entry) over N.
     pub idle_peer_bytes: f64,
-    /// The same while every peer has just carried traffic.
+    /// The same right after every peer has carried traffic.
     pub active_peer_bytes: f64,
+    /// Resident memory the N peers added to this process, per peer (both ends, engine B's
+    /// N endpoints, freed-but-kept heap included: an upper bound).
+    pub rss_per_peer_bytes: f64,
     pub rss_bytes: u64,
     pub p50_us: f64,
     pub p99_us: f64,
@@ -208,13 +211,18 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
         next - 1
     })?;
     let setup_s = t.elapsed().as_secs_f64();
-    // Idle: let delayed acks go out, then measure.
-    for _ in 0..1000 {
+    // Idle: delayed acks go out, and peers idle for `credit_idle_ns` (100 ms) give their
+    // queues' buffers back; then measure.
+    let idle = Instant::now();
+    while idle.elapsed().as_millis() < 150 {
         p.step()?;
     }
-    let rss_idle = rss_bytes();
-    let per_peer = |rss: u64| rss.saturating_sub(rss0) as f64 / n as f64 / 2.0;
-    let idle_peer_bytes = per_peer(rss_idle);
+    let rss_per_peer_bytes = rss_bytes().saturating_sub(rss0) as f64 / n as f64;
+    let per_peer = |e: &Eng| {
+        let (peers, bytes) = e.peer_memory();
+        bytes as f64 / peers.max(1) as f64
+    };
+    let idle_peer_bytes = per_peer(&p.a);
 
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let secs = p.traffic(messages, || rng.below(n))?;
@@ -227,7 +235,7 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
             rng.below(n)
         }
     })?;
-    let active_peer_bytes = per_peer(rss_bytes());
+    let active_peer_bytes = per_peer(&p.a);
 
     // One message at a time, from a random endpoint, through both loops.
     let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
@@ -248,6 +256,7 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
         msgs_per_s_hot: messages as f64 / secs_hot,
         idle_peer_bytes,
         active_peer_bytes,
+        rss_per_peer_bytes,
         rss_bytes: rss_bytes(),
         p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
@@ -294,6 +303,7 @@ pub fn render(r: &Report) -> String {
                 report::si(x.msgs_per_s_hot),
                 format!("{:.0}", x.idle_peer_bytes),
                 format!("{:.0}", x.active_peer_bytes),
+                format!("{:.0}", x.rss_per_peer_bytes),
                 format!("{:.1}", x.rss_bytes as f64 / (1 << 20) as f64),
                 format!("{:.1}", x.p50_us),
                 format!("{:.1}", x.p99_us),
@@ -309,6 +319,7 @@ pub fn render(r: &Report) -> String {
             "msgs/s hot",
             "B/idle peer",
             "B/active peer",
+            "RSS B/peer",
             "RSS MiB",
             "p50 us",
             "p99 us",
@@ -317,7 +328,9 @@ pub fn render(r: &Report) -> String {
         &rows,
     );
     s.push_str(&format!(
-        "\n\nB/peer: resident memory added per peer and per end (both ends in this process).\n\
+        "\n\nB/idle peer, B/active peer: engine A's accounting of its peers (state, queue buffers,\n\
+         peer table) per peer. RSS B/peer: what the process grew per peer, both ends and freed heap\n\
+         included.\n\
          msgs/s at the most peers / at the fewest: {:.2} (target >= 0.90)\nreproduce: {}",
         r.rate_ratio, r.command
     ));

@@ -22,7 +22,8 @@ pub struct Config {
     /// Eager credit granted at connect (while the store has it to give).
     pub eager_credit_initial: u32,
     /// When the store's grants are exhausted, peers that sent no eager message for this long
-    /// are asked to give their credit back.
+    /// are asked to give their credit back; a peer with nothing in flight for this long gives
+    /// its queues' buffers back.
     pub credit_idle_ns: u64,
     /// Bytes of the unexpected store, shared by all peers' grants.
     pub unexpected_bytes: u64,

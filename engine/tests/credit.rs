@@ -96,6 +96,21 @@ fn thousand_peers_sending_eager_at_once_all_complete() {
     // The default store (256 MiB) grants every one of 1,000 peers its initial credit.
     assert_eq!(w.nodes[0].eng.stats.credit_fallbacks, 0);
     assert_eq!(w.nodes[0].eng.stats.eager_sent, 1000);
+    // Once everything is acknowledged and idle for a while, no peer is visited by the
+    // timers, and the peers have given their queues' buffers back.
+    let idle_until = w.now + 2 * w.cfg.credit_idle_ns;
+    w.run_until(1_000_000, |w| w.now > idle_until);
+    for i in 0..2 {
+        let e = &w.nodes[i].eng;
+        assert_eq!(e.armed_peers(), 0, "node {i}: idle peers still armed");
+        let (peers, bytes) = e.peer_memory();
+        assert_eq!(peers, 1000);
+        assert!(
+            bytes / peers <= 512,
+            "node {i}: {} bytes per idle peer",
+            bytes / peers
+        );
+    }
 }
 
 #[test]

@@ -24,11 +24,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Puts peer `p` on the list the next transmit pass visits.
+    /// The peer has frames to send or an ack owed; anything it does may also start a timer,
+    /// so it is armed too (the timers drop it again once nothing of it is timed).
     pub(super) fn mark_active(&mut self, p: usize) {
         let peer = &mut self.peers[p];
         if !peer.in_active {
             peer.in_active = true;
             self.active.push(p);
+        }
+        if !peer.in_armed {
+            peer.in_armed = true;
+            self.armed.push(p);
         }
     }
 

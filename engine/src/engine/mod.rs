@@ -49,6 +49,12 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     peer_index: HashMap<(u16, EndpointAddr), usize>,
     /// Peers with frames to send or acks owed.
     active: Vec<usize>,
+    /// Peers with anything timed (a connect, frames unacknowledged, an ack due, operations
+    /// waiting on them): the timers and the sleep budget visit these, never every peer.
+    armed: Vec<usize>,
+    /// Peers that went idle, and when: their queues' buffers are given back once they have
+    /// stayed idle for `credit_idle_ns` (a peer talked to again soon keeps them).
+    went_idle: VecDeque<(usize, u64)>,
     reqs: Requests,
     unex: unexpected::Store,
     /// Bytes of the unexpected store granted to peers as eager credit.
@@ -66,6 +72,8 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     resets: Vec<Repr>,
     rng: rand::rngs::SmallRng,
     last_timer_scan: u64,
+    /// When idle peers were last asked for their credit (at most every `credit_idle_ns / 4`).
+    last_reclaim: u64,
     /// Time of the latest poll.
     now: u64,
     pub stats: Stats,
@@ -89,6 +97,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             peers: Vec::new(),
             peer_index: HashMap::default(),
             active: Vec::new(),
+            armed: Vec::new(),
+            went_idle: VecDeque::new(),
             reqs: Requests::default(),
             unex: unexpected::Store::default(),
             grants_total: 0,
@@ -102,6 +112,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             resets: Vec::new(),
             rng: rand::rngs::SmallRng::from_entropy(),
             last_timer_scan: 0,
+            last_reclaim: 0,
             now: 0,
             stats: Stats::default(),
         })
@@ -187,6 +198,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Bytes of the unexpected store granted to peers as eager credit right now.
     pub fn credit_granted_bytes(&self) -> u64 {
         self.grants_total
+    }
+
+    /// Peers the timers visit now (those with anything in flight): idle peers cost no timer
+    /// work.
+    pub fn armed_peers(&self) -> usize {
+        self.armed.len()
+    }
+
+    /// Peers known, and the bytes of engine memory they hold: each peer's state and queue
+    /// buffers (by capacity) and its entry in the peer table.
+    pub fn peer_memory(&self) -> (usize, usize) {
+        let index =
+            self.peer_index.capacity() * (std::mem::size_of::<((u16, EndpointAddr), usize)>() + 1);
+        let peers = self.peers.iter().map(Peer::bytes).sum::<usize>()
+            + (self.peers.capacity() - self.peers.len()) * std::mem::size_of::<Peer<L::Frame>>();
+        (self.peers.len(), peers + index)
     }
 
     /// Bytes held by unexpected messages right now.

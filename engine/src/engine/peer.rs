@@ -2,7 +2,7 @@
 //! owns: the connection ([`Conn`], conn.rs), the reliable stream ([`Stream`], stream.rs), eager
 //! credit ([`Credit`], credit.rs) and the messages in flight ([`Msgs`], proto/).
 
-use super::stream::Stream;
+use super::stream::{Stream, TxDesc};
 use super::types::ReqId;
 use crate::addr::EndpointAddr;
 use crate::fasthash::FastMap as HashMap;
@@ -129,6 +129,8 @@ pub(super) struct Peer<F> {
     pub(super) addr: EndpointAddr,
     /// In the engine's `active` list (so marking is O(1)).
     pub(super) in_active: bool,
+    /// In the engine's `armed` list: the timers visit it.
+    pub(super) in_armed: bool,
     pub(super) conn: Conn,
     pub(super) stream: Stream<F>,
     pub(super) credit: Credit,
@@ -141,6 +143,7 @@ impl<F> Peer<F> {
             ep,
             addr,
             in_active: false,
+            in_armed: false,
             conn: Conn {
                 state: PeerState::Idle,
                 remote_session: 0,
@@ -162,6 +165,51 @@ impl<F> Peer<F> {
                 in_eager: None,
             },
         }
+    }
+
+    /// Whether anything of this peer is timed: a connect in progress, frames to send or
+    /// unacknowledged, an ack owed, operations waiting on it.
+    pub(super) fn timed(&self) -> bool {
+        let s = &self.stream;
+        match self.conn.state {
+            PeerState::Idle => false,
+            PeerState::Connecting => true,
+            PeerState::Connected => {
+                s.ack_now
+                    || s.ack_due.is_some()
+                    || self.conn.connect_ack_owed
+                    || s.has_tx()
+                    || !s.unacked.is_empty()
+                    || !s.reorder.is_empty()
+                    || !self.msgs.waiting.is_empty()
+                    || self.waiting_on_peer()
+            }
+        }
+    }
+
+    /// An idle peer gives back the buffers its queues grew (a peer that carried one large
+    /// message held ~400 KiB of descriptors ever after); they are allocated again on use.
+    pub(super) fn shrink(&mut self) {
+        let s = &mut self.stream;
+        s.pending = VecDeque::new();
+        s.unacked = VecDeque::new();
+        s.resend = VecDeque::new();
+        self.msgs.waiting = VecDeque::new();
+        self.msgs.sends = HashMap::default();
+        self.msgs.pulls = HashMap::default();
+    }
+
+    /// Bytes this peer holds: the struct and its queues' buffers (by capacity).
+    pub(super) fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        let s = &self.stream;
+        let m = &self.msgs;
+        size_of::<Self>()
+            + (s.pending.capacity() + s.unacked.capacity()) * size_of::<TxDesc>()
+            + s.resend.capacity() * size_of::<u32>()
+            + s.reorder.len() * (size_of::<F>() + size_of::<u32>() + 16)
+            + m.waiting.capacity() * size_of::<ReqId>()
+            + (m.sends.capacity() + m.pulls.capacity()) * (size_of::<(u32, ReqId)>() + 1)
     }
 
     /// Operations wait on the peer: sends, pulls, or an eager message half arrived.

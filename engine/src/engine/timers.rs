@@ -17,11 +17,36 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         self.last_timer_scan = now;
-        if self.credit_pressure {
+        if self.credit_pressure
+            && now.saturating_sub(self.last_reclaim) >= self.cfg.credit_idle_ns / 4
+        {
+            self.last_reclaim = now;
             self.reclaim_idle_credit(now);
         }
-        for p in 0..self.peers.len() {
+        // Only armed peers: the cost follows the peers with something in flight, not the
+        // number of peers (65,536 idle peers cost nothing here).
+        let armed = std::mem::take(&mut self.armed);
+        for &p in &armed {
             self.peer_timers(p, now);
+        }
+        for p in armed {
+            let peer = &mut self.peers[p];
+            if peer.timed() {
+                self.armed.push(p);
+            } else {
+                peer.in_armed = false;
+                self.went_idle.push_back((p, now));
+            }
+        }
+        while let Some(&(p, since)) = self.went_idle.front() {
+            if now.saturating_sub(since) < self.cfg.credit_idle_ns {
+                break;
+            }
+            self.went_idle.pop_front();
+            let peer = &mut self.peers[p];
+            if !peer.in_armed && !peer.timed() {
+                peer.shrink();
+            }
         }
     }
 
@@ -89,7 +114,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let scan = self.cfg.rto_min_ns / 4;
         let mut budget = u64::MAX;
-        for p in &self.peers {
+        for p in self.armed.iter().map(|&p| &self.peers[p]) {
             match p.conn.state {
                 PeerState::Idle => continue,
                 PeerState::Connecting => budget = budget.min(scan),
