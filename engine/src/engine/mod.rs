@@ -39,6 +39,7 @@ use endpoint::Endpoints;
 use peer::Peer;
 use request::{ReqKind, Requests};
 use std::collections::VecDeque;
+use stream::TxDesc;
 
 /// The protocol engine for one node: any number of local endpoints over one link.
 pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
@@ -70,6 +71,8 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     rx: Vec<L::Frame>,
     tx: Vec<L::TxBuf>,
     resets: Vec<Repr>,
+    /// Frames newly acknowledged by the ack being handled (kept to reuse its buffer).
+    acked: Vec<TxDesc>,
     rng: rand::rngs::SmallRng,
     last_timer_scan: u64,
     /// When idle peers were last asked for their credit (at most every `credit_idle_ns / 4`).
@@ -110,6 +113,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             rx: Vec::new(),
             tx: Vec::new(),
             resets: Vec::new(),
+            acked: Vec::new(),
             rng: rand::rngs::SmallRng::from_entropy(),
             last_timer_scan: 0,
             last_reclaim: 0,

@@ -95,7 +95,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let peer = &mut self.peers[p];
         peer.conn.last_rx = now;
         let more_credit = peer.credit.on_released(credit);
-        let done = peer.stream.on_ack(ack, sack, now, self.cfg.rto_min_ns);
+        // A buffer kept across calls: acks are on every frame's path.
+        let mut done = std::mem::take(&mut self.acked);
+        peer.stream
+            .on_ack(ack, sack, now, self.cfg.rto_min_ns, &mut done);
         if peer.stream.has_tx() {
             self.mark_active(p);
         }
@@ -103,7 +106,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.flush_waiting(p);
             self.mark_active(p);
         }
-        for d in done {
+        for d in done.drain(..) {
             if d.kind == Kind::Eager
                 && let Some(id) = d.req
                 && let Some(s) = self.reqs.send_mut(id)
@@ -112,6 +115,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.try_finish_send(id);
             }
         }
+        self.acked = done;
     }
 
     /// A sequenced frame: delivered if next in order (with those held behind it), held if

@@ -188,16 +188,18 @@ impl<F> Stream<F> {
     // ---- acknowledgements -----------------------------------------------------------------
 
     /// Takes a cumulative ack (every frame before `ack`) and an optional selective ack of the
-    /// frames after it. Returns the frames newly acknowledged; those sent once have fed the RTT
-    /// estimate. Frames below the highest selectively acked one are scheduled for resending.
+    /// frames after it. Appends the frames newly acknowledged to `done` (those sent once have
+    /// fed the RTT estimate). Frames below the highest selectively acked one are scheduled for
+    /// resending.
     pub(super) fn on_ack(
         &mut self,
         ack: u32,
         sack: Option<&AckRepr>,
         now: u64,
         rto_min_ns: u64,
-    ) -> smallvec::SmallVec<[TxDesc; 16]> {
-        let mut done: smallvec::SmallVec<[TxDesc; 16]> = smallvec::SmallVec::new();
+        done: &mut Vec<TxDesc>,
+    ) {
+        let first = done.len();
         while let Some(d) = self.unacked.front() {
             if !seq_lt(d.seq, ack) {
                 break;
@@ -234,12 +236,11 @@ impl<F> Stream<F> {
                 }
             }
         }
-        for d in &done {
+        for d in &done[first..] {
             if d.retries == 0 {
                 self.rtt.sample(now.saturating_sub(d.first_sent));
             }
         }
-        done
     }
 
     // ---- receive order --------------------------------------------------------------------
