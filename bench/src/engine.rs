@@ -41,11 +41,17 @@ fn clock(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64
 }
 
+/// The machine's cores, read once before any thread is pinned (a pinned thread's
+/// `available_parallelism` is its own mask: 1).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Pins the calling thread to `core` when the machine has it: one side per core, as on a
 /// node where the engine owns its core. Says so when it cannot.
 fn pin(core: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if core < cores
+    if core < cores()
         && let Err(e) = tigon_shm::process::set_affinity(&[core])
     {
         eprintln!("bench engine: cannot pin a thread to core {core}: {e}");
@@ -152,6 +158,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
 
 /// Runs the standard cases; `scale` multiplies the message counts (1.0 by default).
 pub fn run(mtu: usize, scale: f64) -> Report {
+    cores();
     let n = |c: f64| ((c * scale) as u64).max(10);
     let cases = [
         ("small", 8usize, n(2_000_000.0), 256usize),
@@ -172,7 +179,7 @@ pub fn run(mtu: usize, scale: f64) -> Report {
         .fold(0.0, f64::max);
     Report {
         command: format!("tigon bench engine --mtu {mtu}"),
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cores: cores(),
         rows,
         small_msgs_per_s_target: 5e6,
         small_target_met: small >= 5e6,
