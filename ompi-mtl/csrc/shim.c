@@ -38,34 +38,37 @@ extern mca_mtl_base_component_2_0_0_t mca_mtl_tigon_component;
 extern void tigon_request_freeing(struct mca_mtl_request_t *req);
 
 static struct tigon_params params = {
-    .priority = 30,
-    .verbose = 0,
+    .priority = "30",
+    .verbose = "0",
     .socket = "",
     .eager_limit = 0,
-    .channel_threshold = 0,
-    .finalize_timeout_ms = 30000,
-    .nap_after_us = 20,
+    .channel_threshold = "0",
+    .finalize_timeout_ms = "30000",
+    .nap_after_us = "20",
 };
 static int output = -1;
 
 const struct tigon_params *tigon_params(void) { return &params; }
 void tigon_set_eager_limit(int bytes) { params.eager_limit = bytes; }
 
-static void reg_int(const char *name, const char *desc, int level, int *storage)
+/* A number, registered as a string: the component parses and range-checks it (an int
+   variable would take "abc" as 0 silently). */
+static void reg_num(const char *name, const char *desc, int level, const char **storage)
 {
     (void) mca_base_component_var_register(&mca_mtl_tigon_component.mtl_version, name, desc,
-                                           MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, level,
-                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+                                           MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, level,
+                                           MCA_BASE_VAR_SCOPE_READONLY, (void *) storage);
 }
 
 int tigon_register_params(void)
 {
-    reg_int("priority",
+    reg_num("priority",
             "Priority of the tigon MTL component (the cm PML takes it over ob1's 20 when the "
-            "node agent is reachable)",
+            "node agent is reachable), 0 to 100",
             OPAL_INFO_LVL_9, &params.priority);
-    reg_int("verbose", "Verbosity of the tigon MTL (0: errors only, 1: why it declines, "
-            "10: every endpoint)", OPAL_INFO_LVL_9, &params.verbose);
+    reg_num("verbose", "Verbosity of the tigon MTL, 0 to 100 (0: errors only, 1: why it "
+            "declines, 10: every endpoint, 100: every operation)", OPAL_INFO_LVL_9,
+            &params.verbose);
     (void) mca_base_component_var_register(
         &mca_mtl_tigon_component.mtl_version, "socket",
         "Control socket of the node's tigon agent (empty: $TIGON_SOCKET, else "
@@ -78,29 +81,30 @@ int tigon_register_params(void)
         "the agent decides (tigon agent --rndv-threshold); set to its value when the MTL starts",
         MCA_BASE_VAR_TYPE_INT, NULL, 0, MCA_BASE_VAR_FLAG_DEFAULT_ONLY, OPAL_INFO_LVL_4,
         MCA_BASE_VAR_SCOPE_CONSTANT, &params.eager_limit);
-    reg_int("channel_threshold",
+    reg_num("channel_threshold",
             "Messages up to this many bytes are copied through the shared-memory channel; longer "
-            "ones are read and written by the agent in place (0: the channel's buffer size)",
+            "ones are read and written by the agent in place, 0 to 1073741824 (0: the "
+            "channel's buffer size)",
             OPAL_INFO_LVL_5, &params.channel_threshold);
-    reg_int("finalize_timeout_ms",
-            "How long MPI_Finalize waits for sends still in flight (milliseconds)",
+    reg_num("finalize_timeout_ms",
+            "How long MPI_Finalize waits for sends still in flight, 0 to 3600000 (milliseconds)",
             OPAL_INFO_LVL_9, &params.finalize_timeout_ms);
-    reg_int("nap_after_us",
+    reg_num("nap_after_us",
             "When Open MPI would wait by yielding the processor (mpi_yield_when_idle, on by "
             "default when oversubscribed), wait instead by polling for this many microseconds, "
             "then sleeping on the channel until the agent queues a completion (it wakes the "
             "rank in about 2 us; sched_yield can starve a waiting process on Linux 6.6+ EEVDF "
-            "kernels, and polling holds the core the agent needs). -1: sched_yield as Open MPI "
-            "does",
+            "kernels, and polling holds the core the agent needs), 0 to 1000000; -1: sched_yield "
+            "as Open MPI does",
             OPAL_INFO_LVL_5, &params.nap_after_us);
     return OMPI_SUCCESS;
 }
 
-void tigon_output_open(void)
+void tigon_output_open(int verbose)
 {
     if (output < 0) {
         output = opal_output_open(NULL);
-        opal_output_set_verbosity(output, params.verbose);
+        opal_output_set_verbosity(output, verbose);
     }
 }
 
@@ -359,9 +363,12 @@ bool tigon_hook_request_free(struct mca_mtl_request_t *req)
 void tigon_status_set(struct ompi_status_public_t *st, int source, int tag, int error,
                       size_t count)
 {
+    /* A probe is a single-completion call: MPI leaves the caller's MPI_ERROR alone (only
+       multiple-completion calls set it, with MPI_ERR_IN_STATUS), as ob1 does. The outcome
+       is the call's return code. */
+    (void) error;
     st->MPI_SOURCE = source;
     st->MPI_TAG = tag;
-    st->MPI_ERROR = error;
     st->_ucount = count;
     st->_cancelled = 0;
 }

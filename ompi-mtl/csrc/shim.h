@@ -17,21 +17,23 @@ struct ompi_message_t;
 struct ompi_status_public_t;
 struct mca_mtl_request_t;
 
-/* MCA parameters (storage owned by the shim; Open MPI writes the values). */
+/* MCA parameters (storage owned by the shim; Open MPI writes the values). The numbers are
+   registered as strings and parsed, range-checked, by the component (src/params.rs): an int
+   variable would turn "abc" into 0 without a word. */
 struct tigon_params {
-    int priority;
-    int verbose;
+    const char *priority;
+    const char *verbose;
     /* Agent control socket; "" means $TIGON_SOCKET, else /run/tigon/agent.sock. */
     const char *socket;
     /* Informational: the agent's eager limit, filled in at init. */
     int eager_limit;
     /* Send/receive buffers up to this size go through channel buffers (0: the agent's size). */
-    int channel_threshold;
+    const char *channel_threshold;
     /* Milliseconds MPI_Finalize waits for sends still in flight. */
-    int finalize_timeout_ms;
+    const char *finalize_timeout_ms;
     /* Waiting: nap after this many microseconds without a completion instead of yielding
-       (when Open MPI would yield); negative: leave Open MPI's sched_yield. */
-    int nap_after_us;
+       (when Open MPI would yield); -1: leave Open MPI's sched_yield. */
+    const char *nap_after_us;
 };
 
 /* Registers the component's MCA variables; returns an OMPI status. */
@@ -39,7 +41,7 @@ int tigon_register_params(void);
 const struct tigon_params *tigon_params(void);
 void tigon_set_eager_limit(int bytes);
 /* Opens the component's output stream at the `verbose` level. */
-void tigon_output_open(void);
+void tigon_output_open(int verbose);
 void tigon_output_close(void);
 /* opal_output_verbose on the component's stream. */
 void tigon_output(int level, const char *msg);

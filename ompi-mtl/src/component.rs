@@ -4,7 +4,7 @@
 use crate::ffi::{
     self, Shared, c_name, mca_base_component_2_1_0_t, mca_mtl_base_component_2_0_0_t,
 };
-use crate::params::params;
+use crate::params::{checked, params};
 use crate::state::{self, Mtl, mtl};
 use crate::{module, report, request};
 use std::ffi::CString;
@@ -55,7 +55,7 @@ unsafe extern "C" fn component_register() -> c_int {
 
 unsafe extern "C" fn component_open() -> c_int {
     // SAFETY: plain call into the shim (opens an opal_output stream).
-    unsafe { ffi::tigon_output_open() };
+    unsafe { ffi::tigon_output_open(params().verbose) };
     ffi::OMPI_SUCCESS
 }
 
@@ -74,13 +74,20 @@ unsafe extern "C" fn component_query(
     module: *mut *mut ffi::mca_base_module_t,
     priority: *mut c_int,
 ) -> c_int {
-    let p = params();
+    let (p, problems) = checked();
     report::set_trace(p.verbose >= 100);
     let socket = p
         .socket
         .clone()
         .unwrap_or_else(tigon_client::default_socket);
-    match Client::attach(&socket) {
+    // A refused MCA parameter: the component does not start (with the value's default in
+    // its place it would do something else than asked), and says why whatever the verbosity.
+    let attached = if problems.is_empty() {
+        Client::attach(&socket).map_err(|e| e.to_string())
+    } else {
+        Err(problems.join("; "))
+    };
+    match attached {
         Ok(client) => {
             let data = client.data_size();
             let channel_max = match p.channel_threshold {
@@ -105,20 +112,23 @@ unsafe extern "C" fn component_query(
                 failure_reported: AtomicBool::new(false),
             });
         }
-        Err(e) => {
-            let reason = format!("{e}");
+        Err(reason) => {
             // SAFETY: plain calls into the shim reading MCA variables.
             let (mtl_asked, cm_asked) =
                 unsafe { (ffi::tigon_mtl_requested(), ffi::tigon_pml_cm_requested()) };
             if !mtl_asked {
                 let line = format!("mtl:tigon: not used: {reason}");
-                if cm_asked || p.verbose >= 1 {
+                if cm_asked || p.verbose >= 1 || !problems.is_empty() {
                     report::always(&line);
                 }
                 return ffi::OMPI_ERR_NOT_AVAILABLE;
             }
             report::show_help(
-                "no agent",
+                if problems.is_empty() {
+                    "no agent"
+                } else {
+                    "bad parameter"
+                },
                 &format!(
                     "The tigon MTL was explicitly requested (--mca mtl tigon), but this process \
                      cannot use it: {reason}"
