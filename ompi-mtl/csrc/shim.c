@@ -307,9 +307,12 @@ void tigon_request_callback(struct mca_mtl_request_t *req) { req->completion_cal
  * hook lets the MTL hear of the free first (it then makes sure nothing writes that buffer any
  * more). A function pointer carries no context, so each (PML free function, offset of the MTL
  * request in the PML request) pair gets one of a few fixed hook functions; pml cm has two such
- * pairs (thin and heavy receive requests).
+ * pairs (thin receive requests, and heavy ones for persistent receives, which share the free
+ * function).
  */
 #define TIGON_FREE_HOOKS 4
+/* pml cm's request structs end with the MTL request a few hundred bytes in. */
+#define TIGON_MAX_MTL_OFFSET 4096
 typedef int (*tigon_free_fn)(ompi_request_t **);
 static struct {
     tigon_free_fn orig;
@@ -335,9 +338,27 @@ bool tigon_hook_request_free(struct mca_mtl_request_t *req)
     ompi_request_t *r = req->ompi_req;
     tigon_free_fn f = r->req_free;
     ptrdiff_t offset = (char *) req - (char *) r;
+    if (offset < 0) {
+        /* pml cm's blocking receive: its request on its own stack (fields uninitialised,
+           req_free included), the MTL request in alloca'd memory below it. The program never
+           holds it, so there is nothing to watch, and its stack garbage must not take a hook
+           slot (it did: mpi4py's tests ran out of slots, and later receives went unwatched). */
+        return true;
+    }
+    if (NULL == f || offset == 0 || offset > TIGON_MAX_MTL_OFFSET) {
+        return false; /* not an MTL request at the end of a PML request: leave it alone */
+    }
     for (int i = 0; i < TIGON_FREE_HOOKS; i++) {
         if (f == free_hook_fns[i]) {
-            return true; /* hooked when this request object was used before */
+            /* Hooked when this request object was used before, maybe with another layout:
+               pml cm takes thin and heavy (persistent) receive requests from one free list
+               and keeps one free function for both, with the MTL request at different
+               offsets. The hook must be the one of this offset. */
+            if (free_hooks[i].offset == offset) {
+                return true;
+            }
+            f = free_hooks[i].orig;
+            break;
         }
     }
     bool ok = false;

@@ -40,6 +40,28 @@ static void check_status(MPI_Status *s, int src, int tag, size_t len, const char
           c, src, tag, len);
 }
 
+/* Leaves `v`-dependent bytes where the next call's stack frame will be. */
+static __attribute__((noinline)) void dirty_stack(unsigned v)
+{
+    volatile unsigned char junk[16384];
+    for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (unsigned char) (v * 37 + i * 11 + 1);
+}
+
+/* Blocking receives: Open MPI's cm PML puts their request on its own stack, uninitialised
+   fields and all, with the MTL request in alloca'd memory before it. Whatever is there must
+   not use up what the MTL needs to watch MPI_Request_free of the program's receives (the
+   freed-receive checks below would then fail). */
+static void blocking_receives(MPI_Comm self)
+{
+    for (unsigned k = 0; k < 8; k++) {
+        int v = (int) k, got = -1;
+        MPI_OK(MPI_Send(&v, 1, MPI_INT, 0, 50, self));
+        dirty_stack(k);
+        MPI_OK(MPI_Recv(&got, 1, MPI_INT, 0, 50, self, MPI_STATUS_IGNORE));
+        CHECK(got == v, "blocking receive %u got %d", k, got);
+    }
+}
+
 /* To this rank, on a duplicate of MPI_COMM_SELF (wildcards see only our own messages). */
 static void to_self(MPI_Comm self, uint32_t round)
 {
@@ -101,6 +123,17 @@ static void to_self(MPI_Comm self, uint32_t round)
               at);
         MPI_OK(MPI_Iprobe(0, 4, self, &flag, MPI_STATUS_IGNORE));
         CHECK(!flag, "the freed receive of %zu bytes did not take its message", len);
+
+        /* The same with a persistent receive (another kind of PML request). */
+        MPI_OK(MPI_Recv_init(rb, (int) len, MPI_BYTE, 0, 8, self, &rr));
+        MPI_OK(MPI_Start(&rr));
+        MPI_OK(MPI_Request_free(&rr));
+        scribble(rb, len);
+        MPI_OK(MPI_Issend(sb, (int) len, MPI_BYTE, 0, 8, self, &rs));
+        MPI_OK(MPI_Wait(&rs, MPI_STATUS_IGNORE));
+        at = scribbled(rb, len);
+        CHECK(at < 0, "freed persistent receive of %zu bytes wrote its buffer (byte %ld)", len,
+              at);
 
         /* An mprobed message whole at the node is received within MPI_Imrecv (as Open MPI's
            own PMLs do; mpi4py's pkl5 tests such a request once, then drops it with its
@@ -278,6 +311,7 @@ int main(int argc, char **argv)
        neighbour on the same node (4 ranks or more) is rank ^ 1. */
     int half = size / 2;
     int across = rank < half ? rank + half : rank - half;
+    blocking_receives(self);
     for (int round = 0; round < rounds; round++) {
         to_self(self, (uint32_t) round);
         many_issend(self, (uint32_t) round);
