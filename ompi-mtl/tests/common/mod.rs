@@ -154,12 +154,14 @@ impl Agents {
             sockets: Vec::new(),
             children: Vec::new(),
         };
+        // Built first if missing (minutes in a fresh clone), outside the agents' deadline.
+        let bin = tigon_bin();
         // The server first: the client's memif needs the server's socket to exist.
         let deadline = Instant::now() + Duration::from_secs(60);
         for (i, role) in ["server", "client"].iter().enumerate() {
             let sock = dir.join(format!("agent{i}.sock"));
             let log = std::fs::File::create(dir.join(format!("agent{i}.log"))).expect("log");
-            let mut cmd = Command::new(tigon_bin());
+            let mut cmd = Command::new(&bin);
             cmd.arg("agent")
                 .arg("--port")
                 .arg(format!("net_memif0,role={role},socket={}", memif.display()))
