@@ -44,6 +44,10 @@ pub struct Config {
     pub peer_timeout_ns: u64,
     /// Frames handled per poll step in each direction.
     pub burst: usize,
+    /// Checksum payloads, not only headers: `None` (the default) does so only on links
+    /// without a frame check of their own (`Link::frame_check`: not on Ethernet, whose FCS
+    /// covers the wire, nor on memory links such as memif).
+    pub payload_checksum: Option<bool>,
 }
 
 impl Default for Config {
@@ -67,6 +71,7 @@ impl Default for Config {
             rto_initial_ns: 2_000_000,
             peer_timeout_ns: 5_000_000_000,
             burst: 32,
+            payload_checksum: None,
         }
     }
 }

@@ -23,4 +23,10 @@ pub trait Link {
     fn max_frame(&self) -> usize;
     /// This port's address.
     fn mac(&self) -> MacAddr;
+    /// Whether the link itself rejects corrupted frames: Ethernet's FCS on a real wire, or
+    /// memory (memif, veth, an in-process link). Where it does not, the engine checksums
+    /// payloads as well as headers unless told otherwise (`Config::payload_checksum`).
+    fn frame_check(&self) -> bool {
+        true
+    }
 }

@@ -239,4 +239,8 @@ impl Link for SimPort {
     fn mac(&self) -> MacAddr {
         self.mac
     }
+    /// A simulated wire has no FCS: it corrupts frames on purpose.
+    fn frame_check(&self) -> bool {
+        false
+    }
 }

@@ -170,6 +170,10 @@ pub const FLAG_SYNC: u16 = 1 << 0;
 pub const FLAG_NO_CREDIT: u16 = 1 << 1;
 /// Header flag on a Grant: give credit back instead of taking more.
 pub const FLAG_RETURN: u16 = 1 << 2;
+/// Header flag: the checksum covers the payload too, not only the headers. Set by a sender on
+/// a link without a frame check of its own (`Config::payload_checksum`); Ethernet's FCS and
+/// memory links (memif) make the per-byte pass redundant.
+pub const FLAG_PAYLOAD_CK: u16 = 1 << 3;
 
 mod field {
     use core::ops::Range;
@@ -300,10 +304,21 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if b.len() - OVERHEAD < len {
             return Err(Error::Truncated);
         }
-        if checksum(&b[..OVERHEAD + len]) != self.checksum() {
+        if checksum(&b[..self.covered(len)]) != self.checksum() {
             return Err(Error::Checksum);
         }
         Ok(())
+    }
+
+    /// Bytes the checksum covers in a frame with `len` payload bytes: the headers, and the
+    /// payload when [`FLAG_PAYLOAD_CK`] says so.
+    #[inline]
+    fn covered(&self, len: usize) -> usize {
+        if self.flags() & FLAG_PAYLOAD_CK != 0 {
+            OVERHEAD + len
+        } else {
+            OVERHEAD
+        }
     }
 
     pub fn into_inner(self) -> T {
@@ -346,11 +361,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     pub fn payload_mut(&mut self) -> &mut [u8] {
         &mut self.buf.as_mut()[OVERHEAD..]
     }
-    /// Computes and stores the checksum over header and `length` payload bytes (as many of
-    /// them as the buffer holds).
+    /// Computes and stores the checksum over the headers and, with [`FLAG_PAYLOAD_CK`] set,
+    /// the `length` payload bytes (as many of them as the buffer holds).
     pub fn fill_checksum(&mut self) {
-        self.set_checksum(0);
-        let len = (OVERHEAD + self.length() as usize).min(self.buf.as_ref().len());
+        let len = self
+            .covered(self.length() as usize)
+            .min(self.buf.as_ref().len());
         let c = checksum(&self.buf.as_ref()[..len]);
         self.set_checksum(c);
     }
@@ -362,8 +378,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 /// the core's multiplier busy instead of waiting on one chain: several bytes per cycle), combined by a chain that is a bijection of each
 /// lane. Every step of a lane is a bijection of its state, so a single changed word (hence any
 /// burst shorter than 8 bytes) always changes the lane and the 64-bit result; the fold to 32
-/// bits leaves a 2^-32 chance for anything else. Ethernet's FCS covers real wires; this
-/// covers everything else (a memif ring, a buggy driver, the simulated link's corruption).
+/// bits leaves a 2^-32 chance for anything else. Over the headers it catches bugs and
+/// foreign frames cheaply; over the payload (only where [`FLAG_PAYLOAD_CK`] asks) it stands
+/// in for a frame check the link lacks (the simulated link's corruption).
 pub fn checksum(frame: &[u8]) -> u32 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     #[inline(always)]
@@ -395,18 +412,15 @@ pub fn checksum(frame: &[u8]) -> u32 {
         K.rotate_left(53),
         K.rotate_left(11),
     ];
-    // The headers, with the checksum field zeroed, go through a stack copy; the payload
-    // after them is hashed in place.
-    const HEAD: usize = OVERHEAD.next_multiple_of(64);
-    let head_len = HEAD.min(frame.len());
-    let mut head = [0u8; HEAD];
-    head[..head_len].copy_from_slice(&frame[..head_len]);
+    // Everything but the checksum field, hashed in place in two runs (no stack copy): the
+    // bytes before it, then those after it, each run a bijection of the lanes.
     let ck = field::CHECKSUM;
-    if head_len >= ck.end {
-        head[ck].fill(0);
+    if frame.len() >= ck.end {
+        feed(&mut l, &frame[..ck.start]);
+        feed(&mut l, &frame[ck.end..]);
+    } else {
+        feed(&mut l, frame);
     }
-    feed(&mut l, &head[..head_len]);
-    feed(&mut l, &frame[head_len..]);
     let h = l.iter().fold(0, |h, &x| mix(h, x));
     (h ^ (h >> 32)) as u32
 }
@@ -634,7 +648,8 @@ mod tests {
 
     #[test]
     fn every_single_bit_flip_is_caught() {
-        let r = sample();
+        let mut r = sample();
+        r.flags |= FLAG_PAYLOAD_CK;
         let mut buf = vec![0u8; 128];
         let n = r.emit(&mut buf);
         buf[OVERHEAD..OVERHEAD + 5].copy_from_slice(b"hello");
@@ -651,6 +666,33 @@ mod tests {
                 "bit {bit} flip undetected"
             );
         }
+    }
+
+    #[test]
+    fn without_payload_checksum_the_headers_are_still_checked() {
+        let r = sample();
+        let mut buf = vec![0u8; 128];
+        let n = r.emit(&mut buf);
+        buf[OVERHEAD..OVERHEAD + 5].copy_from_slice(b"hello");
+        Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+        for bit in 0..(n * 8) {
+            let mut b = buf[..n].to_vec();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let res = Frame::new_checked(&b[..]);
+            if bit / 8 < OVERHEAD {
+                assert!(res.is_err(), "header bit {bit} flip undetected");
+            } else {
+                // The payload is the link's to protect (FCS, memory).
+                assert!(res.is_ok(), "payload bit {bit} flip refused");
+            }
+        }
+        // The same frame with the flag: the checksum differs and the payload is covered.
+        let mut b2 = buf[..n].to_vec();
+        let mut f = Frame::new_unchecked(&mut b2[..]);
+        f.set_flags(r.flags | FLAG_PAYLOAD_CK);
+        f.fill_checksum();
+        b2[OVERHEAD] ^= 1;
+        assert_eq!(Frame::new_checked(&b2[..]).unwrap_err(), Error::Checksum);
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub struct AgentArgs {
     /// engine makes progress for every rank sharing its core].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+    /// Checksum every frame's payload in software, not only its headers [default: off: the
+    /// link checks frames itself (Ethernet's FCS; memif and veth are memory)].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub payload_checksum: Option<bool>,
     /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1) [default: off].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_huge: Option<bool>,
@@ -106,6 +110,7 @@ impl AgentArgs {
             idle_poll_us,
             cpu_latency,
             nice,
+            payload_checksum,
             no_huge,
             eal
         );
@@ -301,6 +306,9 @@ impl AgentArgs {
             // Sharing cores means being descheduled for a tick now and then: do not mistake
             // that for loss.
             cfg.rto_min_ns = cfg.rto_min_ns.max(1_000_000);
+        }
+        if a.payload_checksum.is_some() {
+            cfg.payload_checksum = a.payload_checksum;
         }
         if let Some(ms) = a.peer_timeout_ms {
             cfg.peer_timeout_ns =

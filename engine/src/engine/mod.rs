@@ -79,6 +79,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     last_reclaim: u64,
     /// Time of the latest poll.
     now: u64,
+    /// Frames sent carry a checksum over their payload too (`Config::payload_checksum`,
+    /// resolved against the link at each transmit pass).
+    payload_ck: bool,
     pub stats: Stats,
 }
 
@@ -118,6 +121,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             last_timer_scan: 0,
             last_reclaim: 0,
             now: 0,
+            payload_ck: true,
             stats: Stats::default(),
         })
     }

@@ -32,6 +32,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Builds frames for the active peers (up to two bursts' worth) and hands them to the link.
     pub(super) fn transmit(&mut self, link: &mut L, now: u64) -> usize {
         let mut sent = 0;
+        self.payload_ck = self.cfg.payload_checksum.unwrap_or(!link.frame_check());
         for r in std::mem::take(&mut self.resets) {
             sent += self.emit(link, r, None) as usize;
         }
@@ -178,7 +179,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn emit_desc(&mut self, link: &mut L, header: Repr, d: &TxDesc) -> Emit {
         let mut h = Repr {
             kind: Some(d.kind),
-            flags: d.flags,
+            flags: d.flags | self.ck_flag(),
             seq: d.seq,
             msg_id: d.msg_id,
             frag_index: d.frag_index,
@@ -224,8 +225,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Emit::Sent
     }
 
+    /// The flag that makes a frame's checksum cover its payload, if this link needs it.
+    fn ck_flag(&self) -> u16 {
+        if self.payload_ck {
+            wire::FLAG_PAYLOAD_CK
+        } else {
+            0
+        }
+    }
+
     /// Emits an unsequenced frame (connect, ack, reset).
-    fn emit(&mut self, link: &mut L, h: Repr, payload: Option<&[u8]>) -> bool {
+    fn emit(&mut self, link: &mut L, mut h: Repr, payload: Option<&[u8]>) -> bool {
+        h.flags |= self.ck_flag();
         let len = wire::OVERHEAD + h.length as usize;
         let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
             self.stats.tx_no_buffers += 1;
