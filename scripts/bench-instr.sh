@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Instructions per small message in the engine, counted by callgrind (perf stat cannot count
 # instructions in these VMs). Runs `tigon bench scale --peers 1` (two engines polled by one
-# thread over the in-memory link, 8-byte messages) for N and 2N messages per traffic phase;
-# the difference cancels set-up and the fixed latency phase, leaving the cost of N messages x
-# 2 phases through both engines. Prints instructions per message per side, the functions
+# thread over the in-memory link, 8-byte messages) for N and 2N messages per traffic phase,
+# counting inside the traffic phases only (the bench's own loop included); the difference
+# cancels what each phase costs once, leaving the cost of N messages x 2 phases through both
+# engines. Prints instructions per message per side, the functions
 # that cost the most, and writes target/bench/instr.json.
 #     scripts/bench-instr.sh [N]        (default N = 20000; `make bench-instr`)
 set -euo pipefail
@@ -19,7 +20,10 @@ mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count() {
-    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" \
+    # Only the traffic phases count: the set-up's idle wait and the latency phase poll for a
+    # wall-clock time, so their instruction counts follow the machine's load.
+    valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::Pair::traffic*' \
+        --callgrind-out-file="$tmp/cg.$1" \
         "$tigon" bench scale --peers 1 --messages "$1" >"$tmp/out.$1" 2>"$tmp/err.$1" ||
         { cat "$tmp/err.$1" >&2; exit 1; }
     awk '/^totals:/ {print $2}' "$tmp/cg.$1"

@@ -162,7 +162,10 @@ impl Pair {
     }
 
     /// Sends `count` messages, `DEPTH` in flight, from endpoints `pick` chooses; returns the
-    /// seconds it took until A received them all.
+    /// seconds it took until A received them all. Never inlined: `make bench-instr` counts
+    /// the instructions of this function alone (callgrind `--toggle-collect`), leaving out
+    /// the phases that poll for a wall-clock time.
+    #[inline(never)]
     fn traffic(&mut self, count: usize, mut pick: impl FnMut() -> usize) -> Result<f64, String> {
         let start = Instant::now();
         let (mut sent, mut got) = (0, 0);
