@@ -33,7 +33,8 @@ pub struct Config {
     /// Unexpected rendezvous requests (RTS, header only, no credit needed) held at most; past
     /// it, the stream from the sender stalls.
     pub unexpected_rts: usize,
-    /// A received frame is acknowledged within this delay, sooner if `ack_every` frames wait.
+    /// Received frames are acknowledged with the next frame out, once `ack_every` of them
+    /// wait, or when a poll finds nothing more to receive; within this delay at the latest.
     pub ack_delay_ns: u64,
     pub ack_every: u32,
     /// Retransmit timeout bounds; the timeout itself comes from the measured RTT.

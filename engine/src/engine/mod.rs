@@ -82,6 +82,8 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// Frames sent carry a checksum over their payload too (`Config::payload_checksum`,
     /// resolved against the link at each transmit pass).
     payload_ck: bool,
+    /// This pass received nothing: acks owed are sent now.
+    idle: bool,
     pub stats: Stats,
 }
 
@@ -122,6 +124,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             last_reclaim: 0,
             now: 0,
             payload_ck: true,
+            idle: false,
             stats: Stats::default(),
         })
     }
@@ -151,6 +154,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.now = now;
         // rx burst → demux → protocol (rx.rs, then conn.rs, credit.rs, proto/)
         let rx = self.receive(link, now);
+        // Acks owed go out with traffic, every `ack_every` frames, or once a pass finds
+        // nothing to receive: a busy loop acknowledges by the burst, not by a timer.
+        self.idle = rx.frames == 0;
         // tx burst (tx.rs; the stream picks the frames)
         let sent = self.transmit(link, now);
         // timers (timers.rs), once the receive queue is drained: with frames still waiting

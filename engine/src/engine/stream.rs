@@ -10,7 +10,9 @@ use crate::config::Config;
 use crate::wire::{AckRepr, Kind};
 use std::collections::{BTreeMap, VecDeque};
 
-/// Frames resent when the retransmit timer fires.
+/// Frames resent when the retransmit timer fires again without the cumulative ack having
+/// moved (the first expiry resends only the oldest frame: after a stall of either side, the
+/// ack it draws shows what really is missing, and selective acks fill those holes).
 const RTO_BURST: usize = 8;
 
 /// Wrapping sequence comparison: `a` before `b`.
@@ -36,6 +38,8 @@ pub(super) struct TxDesc {
     pub(super) last_sent: u64,
     pub(super) retries: u32,
     pub(super) acked: bool,
+    /// On the resend queue (so queueing it is O(1), not a search of the queue).
+    pub(super) queued: bool,
 }
 
 impl TxDesc {
@@ -56,6 +60,7 @@ impl TxDesc {
             last_sent: 0,
             retries: 0,
             acked: false,
+            queued: false,
         }
     }
 }
@@ -139,6 +144,8 @@ pub(super) struct Stream<F> {
     rtt: Rtt,
     /// Doublings of the retransmit timeout since the cumulative ack last moved.
     rto_backoff: u32,
+    /// When the retransmit timer last fired: frames sent before it give no RTT sample.
+    last_rto: u64,
     // receive side
     pub(super) rcv_next: u32,
     pub(super) reorder: BTreeMap<u32, F>,
@@ -156,6 +163,7 @@ impl<F> Default for Stream<F> {
             resend: VecDeque::new(),
             rtt: Rtt::default(),
             rto_backoff: 0,
+            last_rto: 0,
             rcv_next: 0,
             reorder: BTreeMap::new(),
             ack_owed: 0,
@@ -188,9 +196,10 @@ impl<F> Stream<F> {
     // ---- acknowledgements -----------------------------------------------------------------
 
     /// Takes a cumulative ack (every frame before `ack`) and an optional selective ack of the
-    /// frames after it. Appends the frames newly acknowledged to `done` (those sent once have
-    /// fed the RTT estimate). Frames below the highest selectively acked one are scheduled for
-    /// resending.
+    /// frames after it. Appends the frames newly acknowledged to `done` (the newest of them
+    /// sent once feeds the RTT estimate). Frames below the highest selectively acked one are scheduled for
+    /// resending. The cost follows what moved: an ack that acknowledges nothing new costs a
+    /// comparison, a selective ack its set bits.
     pub(super) fn on_ack(
         &mut self,
         ack: u32,
@@ -199,46 +208,81 @@ impl<F> Stream<F> {
         rto_min_ns: u64,
         done: &mut Vec<TxDesc>,
     ) {
+        let Some(front) = self.unacked.front() else {
+            return;
+        };
         let first = done.len();
-        while let Some(d) = self.unacked.front() {
-            if !seq_lt(d.seq, ack) {
-                break;
-            }
-            let d = self.unacked.pop_front().expect("front");
+        if seq_lt(front.seq, ack) {
             self.rto_backoff = 0;
-            if !d.acked {
-                done.push(d);
+            while let Some(d) = self.unacked.front() {
+                if !seq_lt(d.seq, ack) {
+                    break;
+                }
+                let d = self.unacked.pop_front().expect("front");
+                if !d.acked {
+                    done.push(d);
+                }
             }
         }
         if let Some(s) = sack {
-            let mut highest = None;
-            for (i, d) in self.unacked.iter_mut().enumerate() {
-                let off = d.seq.wrapping_sub(ack).wrapping_sub(1);
-                if s.has(off) {
-                    highest = Some(i);
-                    if !d.acked {
-                        d.acked = true;
-                        done.push(*d);
-                    }
-                }
-            }
-            // Everything below the highest selectively acked frame and not acked itself was
-            // lost: resend it now, at most once per round trip.
-            if let Some(h) = highest {
-                let rtt = self.rtt.srtt.max(rto_min_ns / 2);
-                for d in self.unacked.iter().take(h) {
-                    if !d.acked
-                        && now.saturating_sub(d.last_sent) >= rtt
-                        && !self.resend.contains(&d.seq)
-                    {
-                        self.resend.push_back(d.seq);
-                    }
+            self.on_sack(ack, s, now, rto_min_ns, done);
+        }
+        // One sample per ack, from the newest frame it acknowledges that went out once and
+        // after the last timeout (Karn): older frames acknowledged with it waited behind a
+        // hole or a lost ack, and their age would inflate the estimate — and with it the
+        // timeout, which would make them older still.
+        let since = self.last_rto;
+        if let Some(sent) = done[first..]
+            .iter()
+            .filter(|d| d.retries == 0 && d.first_sent >= since)
+            .map(|d| d.first_sent)
+            .max()
+        {
+            self.rtt.sample(now.saturating_sub(sent));
+        }
+    }
+
+    /// The selective part of an ack: visits its set bits only.
+    fn on_sack(
+        &mut self,
+        ack: u32,
+        s: &AckRepr,
+        now: u64,
+        rto_min_ns: u64,
+        done: &mut Vec<TxDesc>,
+    ) {
+        let Some(base) = self.unacked.front().map(|d| d.seq) else {
+            return;
+        };
+        // `unacked` holds consecutive sequence numbers: frame `seq` is at `seq - base`.
+        let mut highest = None;
+        for (w, &word) in s.sack.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let seq = ack.wrapping_add(1 + w as u32 * 64 + b);
+                let i = seq.wrapping_sub(base) as usize;
+                let Some(d) = self.unacked.get_mut(i) else {
+                    continue;
+                };
+                highest = Some(i);
+                if !d.acked {
+                    d.acked = true;
+                    done.push(*d);
                 }
             }
         }
-        for d in &done[first..] {
-            if d.retries == 0 {
-                self.rtt.sample(now.saturating_sub(d.first_sent));
+        // Everything below the highest selectively acked frame and not acked itself was
+        // lost: resend it now, at most once per round trip. (Only while frames are missing:
+        // on a lossless link no ack has bits set.)
+        if let Some(h) = highest {
+            let rtt = self.rtt.srtt.max(rto_min_ns / 2);
+            for d in self.unacked.iter_mut().take(h) {
+                if !d.acked && !d.queued && now.saturating_sub(d.last_sent) >= rtt {
+                    d.queued = true;
+                    self.resend.push_back(d.seq);
+                }
             }
         }
     }
@@ -339,6 +383,7 @@ impl<F> Stream<F> {
             let Some(d) = self.unacked.get_mut(i) else {
                 continue;
             };
+            d.queued = false;
             if d.acked {
                 continue;
             }
@@ -355,6 +400,9 @@ impl<F> Stream<F> {
                 }
                 Emit::NoBuffer => {
                     // Out of frames: try again next pass, nothing counted as sent.
+                    if let Some(x) = self.unacked.get_mut(i) {
+                        x.queued = true;
+                    }
                     self.resend.push_front(seq);
                     break;
                 }
@@ -366,6 +414,7 @@ impl<F> Stream<F> {
                             seq,
                             first_sent: x.first_sent,
                             last_sent: x.last_sent,
+                            queued: true,
                             ..TxDesc::new(Kind::Ping, 0)
                         };
                     }
@@ -410,36 +459,49 @@ impl<F> Stream<F> {
 
     // ---- timers ---------------------------------------------------------------------------
 
-    /// On a timeout only the oldest few frames go again (a scheduling hiccup or one lost ack
-    /// must not resend a whole window), and the timeout doubles until the cumulative ack
-    /// moves; holes further on are filled by selective acks. A frame unacknowledged for
-    /// longer than `timeout` means the peer is dead.
+    /// The retransmit timer, one per stream, on the oldest frame not acknowledged: its cost
+    /// does not grow with the frames in flight. On the first expiry only that frame goes
+    /// again (a scheduling hiccup of either side, or one lost ack, must not resend a window:
+    /// the ack it draws shows what is really missing, and selective acks fill the holes); on
+    /// further expiries without the cumulative ack moving, the oldest few, and the timeout
+    /// doubles each time. A frame unacknowledged for longer than `timeout` means the peer is
+    /// dead.
     pub(super) fn rto_scan(&mut self, now: u64, cfg: &Config, timeout: u64) -> RtoScan {
+        let mut scan = RtoScan {
+            dead: false,
+            fired: false,
+        };
+        // Frames at the front are acknowledged selectively only in the rare case of an ack
+        // lost behind a later one: skip a few at most.
+        let Some(oldest) = self.unacked.iter().take(RTO_BURST).position(|d| !d.acked) else {
+            return scan;
+        };
+        let d = &self.unacked[oldest];
+        if now.saturating_sub(d.first_sent) > timeout {
+            scan.dead = true;
+            return scan;
+        }
         let wait = (self.rtt.rto(cfg) << self.rto_backoff.min(16)).min(cfg.rto_max_ns);
-        let mut dead = false;
+        if now.saturating_sub(d.last_sent) < wait {
+            return scan;
+        }
+        let burst = if self.rto_backoff == 0 { 1 } else { RTO_BURST };
         let mut fired = 0;
-        for d in self.unacked.iter() {
-            if d.acked {
-                continue;
-            }
-            if now.saturating_sub(d.first_sent) > timeout {
-                dead = true;
+        for d in self.unacked.iter_mut().skip(oldest).take(RTO_BURST) {
+            if fired == burst {
                 break;
             }
-            if fired < RTO_BURST
-                && now.saturating_sub(d.last_sent) >= wait
-                && !self.resend.contains(&d.seq)
-            {
+            if !d.acked && !d.queued && now.saturating_sub(d.last_sent) >= wait {
+                d.queued = true;
                 self.resend.push_back(d.seq);
                 fired += 1;
             }
         }
         if fired > 0 {
             self.rto_backoff += 1;
+            self.last_rto = now;
+            scan.fired = true;
         }
-        RtoScan {
-            dead,
-            fired: fired > 0,
-        }
+        scan
     }
 }

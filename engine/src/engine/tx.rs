@@ -111,7 +111,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.peers[p].stream = stream;
         self.stats.retransmits += out.retransmits;
         sent += out.frames;
-        if self.peers[p].stream.ack_due_at(now) && self.tx.len() < budget {
+        let stream = &self.peers[p].stream;
+        let ack = stream.ack_due_at(now) || self.idle && stream.ack_due.is_some();
+        if ack && self.tx.len() < budget {
             let h = Repr {
                 length: wire::ACK_PAYLOAD_LEN as u32,
                 ..self.header(p, Kind::Ack)

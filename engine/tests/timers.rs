@@ -1,0 +1,161 @@
+//! Retransmit timers that do not fire falsely: a sender descheduled for 10 ms takes the acks
+//! that waited for it before any timer runs, and a lossless link sees no retransmit at all.
+
+mod common;
+use common::*;
+use tigon_engine::matching::match_bits;
+use tigon_engine::sim::Faults;
+use tigon_engine::*;
+
+fn lossless() -> Faults {
+    Faults {
+        delay_ns: 5_000,
+        ..Faults::default()
+    }
+}
+
+/// Polls node `i` alone once, then moves virtual time on by 1 µs.
+fn poll_one(w: &mut World, i: usize) -> usize {
+    let n = &mut w.nodes[i];
+    let work = n.eng.poll(&mut n.port, w.now);
+    w.now += 1_000;
+    w.net.set_time(w.now);
+    work
+}
+
+#[test]
+fn sender_descheduled_10ms_takes_its_acks_before_any_timer_fires() {
+    // Small bursts: the acks waiting for the sender fill several of them, so a timer run
+    // between two bursts would find frames "unacknowledged" for 10 ms.
+    let cfg = Config {
+        burst: 4,
+        ..Config::default()
+    };
+    let stall = 10_000_000;
+    assert!(
+        stall > cfg.rto_min_ns * 4,
+        "the stall must outlast the timeout"
+    );
+    let mut w = World::new(2, lossless(), 11, cfg);
+    w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    // Connect first, so the stall falls on data.
+    let buf = w.mem(0).insert(vec![1; 8]);
+    let first = w.nodes[0]
+        .eng
+        .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+        .unwrap();
+    let rb = w.mem(1).insert(vec![0; 8]);
+    w.nodes[1]
+        .eng
+        .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+        .unwrap();
+    assert!(w.wait(0, first, 100_000).result.is_ok());
+
+    const N: usize = 600;
+    let mut sends = Vec::new();
+    for k in 0..N {
+        let buf = w.mem(0).insert(pattern(0, k as u32, 64));
+        sends.push(
+            w.nodes[0]
+                .eng
+                .isend(0, b, match_bits(1, 2), 0, buf, SendMode::Standard)
+                .unwrap(),
+        );
+        let rb = w.mem(1).insert(vec![0; 64]);
+        w.nodes[1]
+            .eng
+            .irecv(0, MatchSpec::mpi(1, 0, 2), rb)
+            .unwrap();
+    }
+    // The sender puts its window on the wire...
+    while w.nodes[0].eng.stats.tx_frames < N as u64 {
+        assert!(poll_one(&mut w, 0) > 0, "the sender stopped sending");
+    }
+    // ...and is descheduled for 10 ms while the receiver takes everything and acknowledges.
+    let until = w.now + stall;
+    while w.now < until {
+        poll_one(&mut w, 1);
+    }
+    let received = w.nodes[1].eng.stats.recvs_completed;
+    assert_eq!(received, N as u64 + 1, "the receiver got every message");
+    let acks = w.nodes[1].eng.stats.acks_sent;
+    assert!(
+        acks as usize > w.nodes[0].eng.config().burst,
+        "{acks} acks wait: more than one receive burst"
+    );
+    // The sender comes back: the acks are taken before the timers look.
+    let mut done = 0;
+    for _ in 0..10_000 {
+        poll_one(&mut w, 0);
+        poll_one(&mut w, 1);
+        while let Some(c) = w.nodes[0].eng.pop_completion() {
+            assert!(c.result.is_ok(), "{c:?}");
+            done += 1;
+        }
+        if done == N {
+            break;
+        }
+    }
+    assert_eq!(done, N, "every send completed");
+    let s0 = &w.nodes[0].eng.stats;
+    assert_eq!(
+        (s0.retransmits, s0.rto_events),
+        (0, 0),
+        "a timer fired on frames whose acks were waiting"
+    );
+    assert_eq!(w.nodes[1].eng.stats.rx_duplicates, 0);
+}
+
+#[test]
+fn lossless_link_sees_no_retransmit_at_any_size() {
+    let mut w = World::new(2, lossless(), 12, Config::default());
+    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    let sizes = [0usize, 8, 64, 1500, 16 << 10, 64 << 10, 1 << 20, 4 << 20];
+    let mut pending = Vec::new();
+    for (k, &len) in sizes.iter().enumerate() {
+        for (from, to, dst) in [(0, 1, b), (1, 0, a)] {
+            let data = pattern(from as u32, k as u32, len);
+            let buf = w.mem(from).insert(data.clone());
+            let s = w.nodes[from]
+                .eng
+                .isend(
+                    0,
+                    dst,
+                    match_bits(1, k as i32),
+                    from as u32,
+                    buf,
+                    SendMode::Standard,
+                )
+                .unwrap();
+            let rb = w.mem(to).insert(vec![0; len]);
+            let r = w.nodes[to]
+                .eng
+                .irecv(0, MatchSpec::mpi(1, from as i32, k as i32), rb)
+                .unwrap();
+            pending.push((from, s, to, r, rb, data));
+        }
+    }
+    let mut open: Vec<(usize, ReqId)> = pending
+        .iter()
+        .flat_map(|p| [(p.0, p.1), (p.2, p.3)])
+        .collect();
+    w.run_until(2_000_000, |w| {
+        for i in 0..2 {
+            while let Some(c) = w.nodes[i].eng.pop_completion() {
+                assert!(c.result.is_ok(), "{c:?}");
+                open.retain(|&o| o != (i, c.req));
+            }
+        }
+        open.is_empty()
+    });
+    for (_, _, to, _, rb, data) in &pending {
+        assert!(w.mem(*to).get(rb).unwrap() == data, "message corrupted");
+    }
+    for n in &w.nodes {
+        assert_eq!(n.eng.stats.retransmits, 0);
+        assert_eq!(n.eng.stats.rto_events, 0);
+        assert_eq!(n.eng.stats.rx_duplicates, 0);
+    }
+}
