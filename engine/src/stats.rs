@@ -34,6 +34,8 @@ pub struct Stats {
     pub tx_backpressure: u64,
     pub peer_restarts: u64,
     pub peer_timeouts: u64,
+    /// Handshakes from peers of another wire version (their operations failed at once).
+    pub peer_version_mismatch: u64,
     pub sends_posted: u64,
     pub sends_completed: u64,
     pub recvs_posted: u64,

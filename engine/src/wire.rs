@@ -1,21 +1,33 @@
 //! Frame formats: checked views over byte slices plus `Repr`s that parse and emit them.
 //!
 //! A tigon frame is an Ethernet II frame with EtherType [`ETHERTYPE`] whose payload starts with
-//! an 80-byte [`Header`] followed by the message payload. All integers are big-endian. Parsing
-//! is total: any byte slice yields either a value or an [`Error`], never a panic.
+//! a tigon header followed by the message payload: the full 80-byte header, or for a small
+//! eager message in one frame ([`Kind::Small`]) a 40-byte compact one. Every version of the
+//! format starts with the version byte and the kind byte, so a frame of another version is
+//! recognised as such. All integers are big-endian. Parsing is total: any byte slice yields
+//! either a value or an [`Error`], never a panic.
 
 use core::fmt;
 
 /// IEEE 802 "Local Experimental EtherType 1": free for protocols that never leave the fabric.
 pub const ETHERTYPE: u16 = 0x88b5;
-/// Wire version this build speaks. Frames of another version are refused.
-pub const VERSION: u8 = 1;
+/// Wire version this build speaks. Frames of another version are refused; a peer speaking
+/// another one fails the operations addressed to it at connect
+/// (`Error::WireVersion`). Version 2: the compact header, the checksum over the headers
+/// only unless [`FLAG_PAYLOAD_CK`].
+pub const VERSION: u8 = 2;
 /// Ethernet II header length (no VLAN tag).
 pub const ETH_HEADER_LEN: usize = 14;
-/// tigon header length.
+/// tigon header length (the full form).
 pub const HEADER_LEN: usize = 80;
-/// Bytes in front of the payload of every frame.
+/// Bytes in front of the payload of a frame with the full header.
 pub const OVERHEAD: usize = ETH_HEADER_LEN + HEADER_LEN;
+/// Length of the compact header of [`Kind::Small`] frames.
+pub const COMPACT_LEN: usize = 40;
+/// Bytes in front of the payload of a [`Kind::Small`] frame.
+pub const COMPACT_OVERHEAD: usize = ETH_HEADER_LEN + COMPACT_LEN;
+/// Longest payload a [`Kind::Small`] frame carries (its length field is one byte).
+pub const COMPACT_MAX_PAYLOAD: usize = 255;
 /// Shortest frame a NIC sends (without FCS); shorter frames are padded.
 pub const MIN_FRAME: usize = 60;
 
@@ -132,6 +144,12 @@ pub enum Kind {
     Grant = 12,
     /// Sender → receiver: `total` bytes of eager credit given back (answers a returning Grant).
     GrantReturn = 13,
+    /// A whole eager message of at most [`COMPACT_MAX_PAYLOAD`] bytes in one frame, under the
+    /// 40-byte compact header: no message id (not synchronous), no fragment fields, and one
+    /// 32-bit tag of both sessions ([`session_tag`]) instead of the two. Sent on a message's
+    /// first transmission only: a retransmission carries the full header, so a receiver that
+    /// restarted meanwhile can answer it with a Reset.
+    Small = 14,
 }
 
 impl Kind {
@@ -150,6 +168,7 @@ impl Kind {
             11 => Kind::Ping,
             12 => Kind::Grant,
             13 => Kind::GrantReturn,
+            14 => Kind::Small,
             _ => return None,
         })
     }
@@ -203,6 +222,39 @@ mod field {
     pub const TOTAL: Range<usize> = H + 64..H + 72;
     pub const CHECKSUM: Range<usize> = H + 72..H + 76;
     pub const RESERVED: Range<usize> = H + 76..H + 80;
+    /// The compact header of `Kind::Small` (version and kind as above).
+    pub mod small {
+        use core::ops::Range;
+        const H: usize = crate::wire::ETH_HEADER_LEN;
+        pub const FLAGS: usize = H + 2;
+        pub const LENGTH: usize = H + 3;
+        pub const DST_EP: Range<usize> = H + 4..H + 6;
+        pub const SRC_EP: Range<usize> = H + 6..H + 8;
+        pub const TAG: Range<usize> = H + 8..H + 12;
+        pub const SEQ: Range<usize> = H + 12..H + 16;
+        pub const ACK: Range<usize> = H + 16..H + 20;
+        pub const CREDIT: Range<usize> = H + 20..H + 24;
+        pub const SRC_RANK: Range<usize> = H + 24..H + 28;
+        pub const MATCH_BITS: Range<usize> = H + 28..H + 36;
+        pub const CHECKSUM: Range<usize> = H + 36..H + 40;
+    }
+}
+
+/// The tag a compact frame carries instead of the sender's and the receiver's sessions: a
+/// bijection of each given the other, so a frame of another incarnation of either side
+/// mismatches (but for a 2^-32 chance).
+#[inline]
+pub fn session_tag(src_session: u32, dst_session: u32) -> u32 {
+    src_session ^ dst_session.rotate_left(16) ^ 0x5a5a_a5a5
+}
+
+#[inline]
+fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
+    u16::from_be_bytes(b[r].try_into().expect("2"))
+}
+#[inline]
+fn be32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
+    u32::from_be_bytes(b[r].try_into().expect("4"))
 }
 
 /// A checked view over a whole frame (Ethernet header included).
@@ -288,7 +340,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     fn check(&self) -> Result<(), Error> {
         let b = self.buf.as_ref();
-        if b.len() < OVERHEAD {
+        if b.len() < ETH_HEADER_LEN + 2 {
             return Err(Error::Truncated);
         }
         if self.ethertype() != ETHERTYPE {
@@ -300,24 +352,74 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if Kind::from_u8(b[field::KIND]).is_none() {
             return Err(Error::Type);
         }
-        let len = self.length() as usize;
-        if b.len() - OVERHEAD < len {
+        let head = self.payload_offset();
+        if b.len() < head {
             return Err(Error::Truncated);
         }
-        if checksum(&b[..self.covered(len)]) != self.checksum() {
+        let len = self.payload_len();
+        if b.len() - head < len {
+            return Err(Error::Truncated);
+        }
+        let ck = self.checksum_field();
+        if checksum(&b[..self.covered(len)], ck.start) != be32(b, ck) {
             return Err(Error::Checksum);
         }
         Ok(())
+    }
+
+    /// Whether this is a [`Kind::Small`] frame (compact header).
+    #[inline]
+    pub fn is_small(&self) -> bool {
+        self.buf.as_ref().get(field::KIND) == Some(&(Kind::Small as u8))
+    }
+
+    /// Where the payload starts: after the Ethernet and the full or the compact header.
+    #[inline]
+    pub fn payload_offset(&self) -> usize {
+        if self.is_small() {
+            COMPACT_OVERHEAD
+        } else {
+            OVERHEAD
+        }
+    }
+
+    /// Payload bytes the header announces.
+    #[inline]
+    pub fn payload_len(&self) -> usize {
+        if self.is_small() {
+            self.buf.as_ref()[field::small::LENGTH] as usize
+        } else {
+            self.length() as usize
+        }
+    }
+
+    #[inline]
+    fn checksum_field(&self) -> core::ops::Range<usize> {
+        if self.is_small() {
+            field::small::CHECKSUM
+        } else {
+            field::CHECKSUM
+        }
+    }
+
+    /// The header flags (either form).
+    #[inline]
+    fn any_flags(&self) -> u16 {
+        if self.is_small() {
+            self.buf.as_ref()[field::small::FLAGS] as u16
+        } else {
+            self.flags()
+        }
     }
 
     /// Bytes the checksum covers in a frame with `len` payload bytes: the headers, and the
     /// payload when [`FLAG_PAYLOAD_CK`] says so.
     #[inline]
     fn covered(&self, len: usize) -> usize {
-        if self.flags() & FLAG_PAYLOAD_CK != 0 {
-            OVERHEAD + len
+        if self.any_flags() & FLAG_PAYLOAD_CK != 0 {
+            self.payload_offset() + len
         } else {
-            OVERHEAD
+            self.payload_offset()
         }
     }
 
@@ -337,11 +439,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn kind(&self) -> Option<Kind> {
         Kind::from_u8(self.buf.as_ref()[field::KIND])
     }
-    /// The payload announced by `length`.
+    /// The payload announced by the header's length.
     pub fn payload(&self) -> &[u8] {
         let b = self.buf.as_ref();
-        let end = (OVERHEAD + self.length() as usize).min(b.len());
-        &b[OVERHEAD.min(end)..end]
+        let head = self.payload_offset();
+        let end = (head + self.payload_len()).min(b.len());
+        &b[head.min(end)..end]
     }
 }
 
@@ -364,15 +467,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     /// Computes and stores the checksum over the headers and, with [`FLAG_PAYLOAD_CK`] set,
     /// the `length` payload bytes (as many of them as the buffer holds).
     pub fn fill_checksum(&mut self) {
+        let ck = self.checksum_field();
         let len = self
-            .covered(self.length() as usize)
+            .covered(self.payload_len())
             .min(self.buf.as_ref().len());
-        let c = checksum(&self.buf.as_ref()[..len]);
-        self.set_checksum(c);
+        let c = checksum(&self.buf.as_ref()[..len], ck.start);
+        self.buf.as_mut()[ck].copy_from_slice(&c.to_be_bytes());
     }
 }
 
-/// Checksum of a frame with its checksum field read as zero.
+/// Checksum of a frame but for its 4-byte checksum field at `ck`.
 ///
 /// Eight interleaved rotate-xor-multiply lanes over 64-bit words (independent multiplies keep
 /// the core's multiplier busy instead of waiting on one chain: several bytes per cycle), combined by a chain that is a bijection of each
@@ -381,7 +485,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 /// bits leaves a 2^-32 chance for anything else. Over the headers it catches bugs and
 /// foreign frames cheaply; over the payload (only where [`FLAG_PAYLOAD_CK`] asks) it stands
 /// in for a frame check the link lacks (the simulated link's corruption).
-pub fn checksum(frame: &[u8]) -> u32 {
+pub fn checksum(frame: &[u8], ck: usize) -> u32 {
+    // The common cases, headers only, with every length known at compile time: unrolled,
+    // with no copies of partial words.
+    if ck == field::CHECKSUM.start && frame.len() == OVERHEAD {
+        return checksum_of(&frame[..OVERHEAD], field::CHECKSUM.start);
+    }
+    if ck == field::small::CHECKSUM.start && frame.len() == COMPACT_OVERHEAD {
+        return checksum_of(&frame[..COMPACT_OVERHEAD], field::small::CHECKSUM.start);
+    }
+    checksum_of(frame, ck)
+}
+
+#[inline(always)]
+fn checksum_of(frame: &[u8], ck: usize) -> u32 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     #[inline(always)]
     fn mix(h: u64, w: u64) -> u64 {
@@ -414,10 +531,9 @@ pub fn checksum(frame: &[u8]) -> u32 {
     ];
     // Everything but the checksum field, hashed in place in two runs (no stack copy): the
     // bytes before it, then those after it, each run a bijection of the lanes.
-    let ck = field::CHECKSUM;
-    if frame.len() >= ck.end {
-        feed(&mut l, &frame[..ck.start]);
-        feed(&mut l, &frame[ck.end..]);
+    if frame.len() >= ck + 4 {
+        feed(&mut l, &frame[..ck]);
+        feed(&mut l, &frame[ck + 4..]);
     } else {
         feed(&mut l, frame);
     }
@@ -447,12 +563,17 @@ pub struct Repr {
     pub match_bits: u64,
     pub offset: u64,
     pub total: u64,
+    /// A [`Kind::Small`] frame's [`session_tag`] (its sessions read 0).
+    pub tag: u32,
 }
 
 impl Repr {
     /// Parses a checked frame and validates fields that depend on its kind.
     pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> Result<Repr, Error> {
         let kind = f.kind().ok_or(Error::Type)?;
+        if kind == Kind::Small {
+            return Ok(Self::parse_small(f));
+        }
         let r = Repr {
             dst_mac: f.dst_mac(),
             src_mac: f.src_mac(),
@@ -473,6 +594,7 @@ impl Repr {
             match_bits: f.match_bits(),
             offset: f.offset(),
             total: f.total(),
+            tag: 0,
         };
         if r.src_session == 0 {
             return Err(Error::Malformed);
@@ -493,9 +615,49 @@ impl Repr {
         Ok(r)
     }
 
+    /// A checked [`Kind::Small`] frame: one whole message, fragment 0 of 1.
+    fn parse_small<T: AsRef<[u8]>>(f: &Frame<T>) -> Repr {
+        use field::small as s;
+        let b = f.buf.as_ref();
+        let length = b[s::LENGTH] as u32;
+        Repr {
+            dst_mac: f.dst_mac(),
+            src_mac: f.src_mac(),
+            kind: Some(Kind::Small),
+            flags: b[s::FLAGS] as u16,
+            dst_ep: be16(b, s::DST_EP),
+            src_ep: be16(b, s::SRC_EP),
+            tag: be32(b, s::TAG),
+            seq: be32(b, s::SEQ),
+            ack: be32(b, s::ACK),
+            credit: be32(b, s::CREDIT),
+            src_rank: be32(b, s::SRC_RANK),
+            match_bits: u64::from_be_bytes(b[s::MATCH_BITS].try_into().expect("8")),
+            frag_index: 0,
+            frag_count: 1,
+            length,
+            total: length as u64,
+            ..Repr::default()
+        }
+    }
+
+    /// Bytes of headers in front of the payload of this frame.
+    pub fn payload_offset(&self) -> usize {
+        if self.kind == Some(Kind::Small) {
+            COMPACT_OVERHEAD
+        } else {
+            OVERHEAD
+        }
+    }
+
     /// Writes the headers (not the payload) into `buf` and returns the frame length,
-    /// `OVERHEAD + length` padded to [`MIN_FRAME`]. The checksum must be filled after the payload.
+    /// [`Repr::payload_offset`] + `length` padded to [`MIN_FRAME`]. The checksum must be
+    /// filled after the payload. A [`Kind::Small`] frame gets the compact header (its
+    /// flags must fit a byte, its length [`COMPACT_MAX_PAYLOAD`]).
     pub fn emit(&self, buf: &mut [u8]) -> usize {
+        if self.kind == Some(Kind::Small) {
+            return self.emit_small(buf);
+        }
         let mut f = Frame::new_unchecked(&mut *buf);
         f.set_dst_mac(self.dst_mac);
         f.set_src_mac(self.src_mac);
@@ -520,7 +682,34 @@ impl Repr {
         f.set_total(self.total);
         f.set_checksum(0);
         f.set_reserved(0);
-        let len = OVERHEAD + self.length as usize;
+        Self::pad(buf, OVERHEAD + self.length as usize)
+    }
+
+    fn emit_small(&self, buf: &mut [u8]) -> usize {
+        use field::small as s;
+        debug_assert!(self.length as usize <= COMPACT_MAX_PAYLOAD && self.flags <= 0xff);
+        buf[field::DST_MAC].copy_from_slice(&self.dst_mac.0);
+        buf[field::SRC_MAC].copy_from_slice(&self.src_mac.0);
+        buf[field::ETHERTYPE].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        buf[field::VERSION] = VERSION;
+        buf[field::KIND] = Kind::Small as u8;
+        buf[s::FLAGS] = self.flags as u8;
+        buf[s::LENGTH] = self.length as u8;
+        buf[s::DST_EP].copy_from_slice(&self.dst_ep.to_be_bytes());
+        buf[s::SRC_EP].copy_from_slice(&self.src_ep.to_be_bytes());
+        let tag = session_tag(self.src_session, self.dst_session);
+        buf[s::TAG].copy_from_slice(&tag.to_be_bytes());
+        buf[s::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        buf[s::ACK].copy_from_slice(&self.ack.to_be_bytes());
+        buf[s::CREDIT].copy_from_slice(&self.credit.to_be_bytes());
+        buf[s::SRC_RANK].copy_from_slice(&self.src_rank.to_be_bytes());
+        buf[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_be_bytes());
+        buf[s::CHECKSUM].fill(0);
+        Self::pad(buf, COMPACT_OVERHEAD + self.length as usize)
+    }
+
+    /// Zero padding up to [`MIN_FRAME`]; the frame's length.
+    fn pad(buf: &mut [u8], len: usize) -> usize {
         if len < MIN_FRAME {
             buf[len..MIN_FRAME].fill(0);
             MIN_FRAME
@@ -630,7 +819,81 @@ mod tests {
             match_bits: 0x0000_0001_ffff_fffe,
             offset: 10,
             total: 20,
+            tag: 0,
         }
+    }
+
+    /// A small message under the compact header.
+    fn small() -> Repr {
+        Repr {
+            kind: Some(Kind::Small),
+            flags: 0,
+            msg_id: 0,
+            frag_index: 0,
+            frag_count: 1,
+            offset: 0,
+            length: 8,
+            total: 8,
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn small_message_header_is_40_bytes_and_round_trips() {
+        const { assert!(COMPACT_LEN <= 40) };
+        let r = small();
+        let mut buf = vec![0u8; 256];
+        let n = r.emit(&mut buf);
+        assert_eq!(n, MIN_FRAME.max(ETH_HEADER_LEN + 40 + 8));
+        buf[COMPACT_OVERHEAD..COMPACT_OVERHEAD + 8].copy_from_slice(b"8 bytes!");
+        Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+        let f = Frame::new_checked(&buf[..n]).unwrap();
+        assert_eq!(f.payload(), b"8 bytes!");
+        let p = Repr::parse(&f).unwrap();
+        // The sessions travel as their tag.
+        assert_eq!(p.tag, session_tag(r.src_session, r.dst_session));
+        assert_eq!(
+            p,
+            Repr {
+                src_session: 0,
+                dst_session: 0,
+                tag: p.tag,
+                ..r
+            }
+        );
+        assert_ne!(
+            session_tag(r.src_session, r.dst_session),
+            session_tag(r.src_session ^ 1, r.dst_session)
+        );
+        assert_ne!(
+            session_tag(r.src_session, r.dst_session),
+            session_tag(r.src_session, r.dst_session ^ 1)
+        );
+    }
+
+    #[test]
+    fn every_header_bit_flip_of_a_small_frame_is_caught() {
+        let r = small();
+        let mut buf = vec![0u8; 128];
+        let n = r.emit(&mut buf);
+        Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+        for bit in 0..(COMPACT_OVERHEAD * 8) {
+            let mut b = buf[..n].to_vec();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                Frame::new_checked(&b[..]).is_err(),
+                "bit {bit} flip undetected"
+            );
+        }
+    }
+
+    #[test]
+    fn another_version_is_refused_as_such() {
+        let mut buf = vec![0u8; 128];
+        let n = sample().emit(&mut buf);
+        Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+        buf[ETH_HEADER_LEN] = 1;
+        assert_eq!(Frame::new_checked(&buf[..n]).unwrap_err(), Error::Version);
     }
 
     #[test]

@@ -227,11 +227,22 @@ fn full_unexpected_store_throttles_the_sender_and_loses_nothing() {
 
 /// A well-formed frame header aimed at node 1's endpoint 0, for the fuzzers to mutate.
 fn header_frame(kind: u8, fields: [u32; 8], len: u16, payload: &[u8]) -> Vec<u8> {
+    let kind = Kind::from_u8(kind % 15).or(Some(Kind::Eager));
+    // The compact header of a small message has a one-byte length and flags.
+    let (small, max) = if kind == Some(Kind::Small) {
+        (true, wire::COMPACT_MAX_PAYLOAD as u32)
+    } else {
+        (false, u32::MAX)
+    };
     let r = Repr {
         dst_mac: common::mac(1),
         src_mac: common::mac(0),
-        kind: Kind::from_u8(kind % 12).or(Some(Kind::Eager)),
-        flags: fields[0] as u16,
+        kind,
+        flags: if small {
+            fields[0] as u8 as u16
+        } else {
+            fields[0] as u16
+        },
         dst_ep: 0,
         src_ep: 0,
         src_session: fields[1] | 1,
@@ -242,15 +253,17 @@ fn header_frame(kind: u8, fields: [u32; 8], len: u16, payload: &[u8]) -> Vec<u8>
         src_rank: 0,
         frag_index: fields[6] % 4,
         frag_count: fields[7] % 5,
-        length: (len as u32).min(payload.len() as u32),
+        length: (len as u32).min(payload.len() as u32).min(max),
         credit: fields[4],
         match_bits: fields[5] as u64,
         offset: fields[6] as u64 % 3000,
         total: fields[7] as u64 % 100_000,
+        tag: fields[2],
     };
-    let mut buf = vec![0; wire::OVERHEAD + payload.len()];
+    let head = r.payload_offset();
+    let mut buf = vec![0; (head + payload.len()).max(wire::MIN_FRAME)];
     r.emit(&mut buf);
-    buf[wire::OVERHEAD..].copy_from_slice(payload);
+    buf[head..head + payload.len()].copy_from_slice(payload);
     wire::Frame::new_unchecked(&mut buf[..]).fill_checksum();
     buf
 }

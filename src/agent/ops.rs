@@ -113,7 +113,9 @@ pub fn completed(result: Result<Outcome, Error>) -> Completion {
 
 fn error_status(e: &Error) -> u32 {
     match e {
-        Error::PeerUnreachable(_) => status::PEER_UNREACHABLE,
+        // No status of its own: to the rank, a peer of another release is unreachable (the
+        // agent's log says why).
+        Error::PeerUnreachable(_) | Error::WireVersion(..) => status::PEER_UNREACHABLE,
         Error::PeerRestarted(_) => status::PEER_RESTARTED,
         Error::Copy(_) => status::COPY_FAILED,
         Error::Cancelled => status::CANCELLED,

@@ -25,6 +25,7 @@ mod timers;
 mod tx;
 mod types;
 mod unexpected;
+mod version;
 
 pub use types::{Completion, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendMode};
 

@@ -8,7 +8,7 @@ use super::stream::Arrival;
 use crate::addr::EndpointAddr;
 use crate::copy::CopyEngine;
 use crate::link::Link;
-use crate::wire::{AckRepr, Frame, Kind, MacAddr, Repr};
+use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
 
 /// What one receive burst did.
 pub(super) struct RxBurst {
@@ -37,6 +37,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn on_frame(&mut self, f: L::Frame, now: u64) {
         let r = match Frame::new_checked(f.as_ref()).and_then(|fr| Repr::parse(&fr)) {
             Ok(r) => r,
+            Err(wire::Error::Version) => {
+                self.on_other_version(f.as_ref());
+                return;
+            }
             Err(e) => {
                 self.stats.drop(e);
                 return;
@@ -59,21 +63,30 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::ConnectAck => self.on_connect_ack(r, from, my_session, f.as_ref(), now),
             Kind::Reset => self.on_reset(r, from, my_session),
             _ => {
+                // A compact frame names both sessions by one tag: checked against the
+                // connection below, and never answered with a Reset (it does not say whom
+                // to address; its retransmission carries the full header and will be).
+                let small = kind == Kind::Small;
                 let Some(&p) = self.peer_index.get(&(r.dst_ep, from)) else {
                     self.stats.drop_stale += 1;
-                    if r.dst_session != my_session {
+                    if !small && r.dst_session != my_session {
                         self.send_reset(r, my_session);
                     }
                     return;
                 };
-                if r.dst_session != my_session {
+                if !small && r.dst_session != my_session {
                     // Addressed to an earlier incarnation of this endpoint: tell the sender.
                     self.stats.drop_stale += 1;
                     self.send_reset(r, my_session);
                     return;
                 }
                 let conn = &self.peers[p].conn;
-                if conn.state != PeerState::Connected || conn.remote_session != r.src_session {
+                let same = if small {
+                    r.tag == wire::session_tag(conn.remote_session, my_session)
+                } else {
+                    conn.remote_session == r.src_session
+                };
+                if conn.state != PeerState::Connected || !same {
                     self.stats.drop_stale += 1;
                     return;
                 }
@@ -107,7 +120,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.mark_active(p);
         }
         for d in done.drain(..) {
-            if d.kind == Kind::Eager
+            if matches!(d.kind, Kind::Eager | Kind::Small)
                 && let Some(id) = d.req
                 && let Some(s) = self.reqs.send_mut(id)
             {

@@ -387,7 +387,12 @@ impl<F> Stream<F> {
             if d.acked {
                 continue;
             }
-            let d = *d;
+            // Counted as a retry while it is built (a small message resent takes the full
+            // header).
+            let d = TxDesc {
+                retries: d.retries + 1,
+                ..*d
+            };
             match src.emit(&d) {
                 Emit::Sent => {
                     if let Some(x) = self.unacked.get_mut(i) {

@@ -179,8 +179,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Builds the frame a sequenced descriptor stands for, under `header` (the peer's).
     fn emit_desc(&mut self, link: &mut L, header: Repr, d: &TxDesc) -> Emit {
+        // A small message goes under the compact header the first time only: resent, it
+        // carries the full one (both sessions, its message id), so that a receiver that
+        // restarted meanwhile can tell the sender.
+        let kind = if d.kind == Kind::Small && d.retries > 0 {
+            Kind::Eager
+        } else {
+            d.kind
+        };
         let mut h = Repr {
-            kind: Some(d.kind),
+            kind: Some(kind),
             flags: d.flags | self.ck_flag(),
             seq: d.seq,
             msg_id: d.msg_id,
@@ -199,14 +207,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         {
             h.match_bits = s.bits;
             h.src_rank = s.rank;
-            if matches!(d.kind, Kind::Eager | Kind::PullData) {
+            if matches!(d.kind, Kind::Eager | Kind::Small | Kind::PullData) {
                 h.length = d.len;
                 src = Some(s.buf);
             }
         } else if d.req.is_some() {
             return Emit::Gone;
         }
-        let len = wire::OVERHEAD + h.length as usize;
+        let head = h.payload_offset();
+        let len = head + h.length as usize;
         let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
             self.stats.tx_no_buffers += 1;
             return Emit::NoBuffer;
@@ -214,7 +223,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let b = buf.as_mut();
         h.emit(b);
         if let Some(sb) = src
-            && let Err(e) = self.copy.read(&sb, d.offset, &mut b[wire::OVERHEAD..len])
+            && let Err(e) = self.copy.read(&sb, d.offset, &mut b[head..len])
         {
             if let Some(id) = d.req {
                 self.finish(id, Err(Error::Copy(e.0)));

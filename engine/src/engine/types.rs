@@ -18,6 +18,9 @@ pub enum Error {
     EndpointClosed,
     /// No such endpoint, request or message handle.
     Invalid(&'static str),
+    /// The peer speaks another tigon wire version (the version it sent): the nodes run
+    /// different tigon releases.
+    WireVersion(EndpointAddr, u8),
 }
 
 impl core::fmt::Display for Error {
@@ -34,6 +37,12 @@ impl core::fmt::Display for Error {
             Error::Cancelled => f.write_str("cancelled"),
             Error::EndpointClosed => f.write_str("endpoint closed"),
             Error::Invalid(s) => write!(f, "invalid {s}"),
+            Error::WireVersion(a, v) => write!(
+                f,
+                "peer {a} speaks tigon wire version {v}, this node version {}: run the same \
+                 tigon release on every node",
+                crate::wire::VERSION
+            ),
         }
     }
 }

@@ -30,7 +30,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         ie.next_frag += 1;
         let last = r.frag_index + 1 == r.frag_count;
         self.peers[p].msgs.in_eager = if last { None } else { Some(ie) };
-        let payload = wire::OVERHEAD..wire::OVERHEAD + r.length as usize;
+        let head = r.payload_offset();
+        let payload = head..head + r.length as usize;
         match ie.target {
             EagerTarget::Req(id) => {
                 let Some(rr) = self.reqs.recv_mut(id) else {

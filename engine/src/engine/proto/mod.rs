@@ -44,12 +44,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         s.queued = true;
         if len <= rndv_threshold && eager_cost(len) <= avail {
             let count = len.div_ceil(frag as u64).max(1) as u32;
+            // A small standard message: one frame under the compact header.
+            let kind = if count == 1 && !s.sync && len as usize <= wire::COMPACT_MAX_PAYLOAD {
+                Kind::Small
+            } else {
+                Kind::Eager
+            };
             s.unacked = count;
             peer.credit.used = peer.credit.used.wrapping_add(eager_cost(len));
             for i in 0..count {
                 let off = i as u64 * frag as u64;
                 let l = (len - off).min(frag as u64) as u32;
                 peer.stream.pending.push_back(TxDesc {
+                    kind,
                     frag_index: i,
                     frag_count: count,
                     offset: off,
@@ -133,7 +140,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Handles one in-order frame. `false`: cannot take it now (store full); it is not consumed.
     pub(in crate::engine) fn process(&mut self, p: usize, r: Repr, f: L::Frame) -> bool {
         match r.kind.expect("parsed") {
-            Kind::Eager => return self.on_eager(p, r, f),
+            Kind::Eager | Kind::Small => return self.on_eager(p, r, f),
             Kind::Rts => return self.on_rts(p, &r),
             Kind::Pull => self.on_pull(p, &r),
             Kind::PullData => self.on_pull_data(p, r, f),
