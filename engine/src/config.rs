@@ -10,7 +10,8 @@ pub struct Config {
     pub rndv_threshold: usize,
     /// Bytes the receiver asks for in one pull request.
     pub pull_block: usize,
-    /// Pull requests kept outstanding per message: the next is asked before the current ends.
+    /// Pull requests kept outstanding per message, at least: the next is asked before the
+    /// current ends, and as many as fill the frame window to the sender.
     pub pull_outstanding: usize,
     /// Sequenced frames in flight per peer (and the receiver's reorder window).
     pub window: u32,

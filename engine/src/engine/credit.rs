@@ -49,7 +49,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.peers[p].credit.given += give;
         self.grants_total += give as u64;
         self.stats.credit_grants += 1;
-        self.peers[p].stream.pending.push_back(TxDesc {
+        self.peers[p].stream.queue(TxDesc {
             total: give as u64,
             ..TxDesc::new(Kind::Grant, 0)
         });
@@ -71,7 +71,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 continue;
             }
             peer.credit.reclaiming = true;
-            peer.stream.pending.push_back(TxDesc {
+            peer.stream.queue(TxDesc {
                 flags: wire::FLAG_RETURN,
                 total: peer.credit.given as u64,
                 ..TxDesc::new(Kind::Grant, 0)
@@ -99,9 +99,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let peer = &mut self.peers[p];
         if sync && peer.conn.state == PeerState::Connected {
-            peer.stream
-                .pending
-                .push_back(TxDesc::new(Kind::Matched, msg_id));
+            peer.stream.queue(TxDesc::new(Kind::Matched, msg_id));
         }
         self.mark_active(p);
     }
@@ -114,7 +112,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if r.flags & wire::FLAG_RETURN != 0 {
             let back = amount.min(peer.credit.avail());
             peer.credit.grant = peer.credit.grant.wrapping_sub(back);
-            peer.stream.pending.push_back(TxDesc {
+            peer.stream.queue(TxDesc {
                 total: back as u64,
                 ..TxDesc::new(Kind::GrantReturn, 0)
             });

@@ -192,6 +192,7 @@ impl<F> Peer<F> {
     pub(super) fn shrink(&mut self) {
         let s = &mut self.stream;
         s.pending = VecDeque::new();
+        s.ctl_bulk = VecDeque::new();
         s.unacked = VecDeque::new();
         s.resend = VecDeque::new();
         self.msgs.waiting = VecDeque::new();
@@ -205,7 +206,8 @@ impl<F> Peer<F> {
         let s = &self.stream;
         let m = &self.msgs;
         size_of::<Self>()
-            + (s.pending.capacity() + s.unacked.capacity()) * size_of::<TxDesc>()
+            + (s.pending.capacity() + s.ctl_bulk.capacity() + s.unacked.capacity())
+                * size_of::<TxDesc>()
             + s.resend.capacity() * size_of::<u32>()
             + s.reorder.len() * (size_of::<F>() + size_of::<u32>() + 16)
             + m.waiting.capacity() * size_of::<ReqId>()

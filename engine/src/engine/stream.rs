@@ -138,7 +138,14 @@ pub(super) struct RtoScan {
 pub(super) struct Stream<F> {
     // transmit side
     pub(super) next_seq: u32,
+    /// New frames, sent in this order: control frames (Pull, Fin, Matched, Grant, Ping:
+    /// small, and what keeps the other side's pipe full), the messages in `pending` (eager
+    /// fragments and RTSs, in the order matching needs), then bulk data (pulled blocks). A
+    /// Pull or a new message never waits behind a backlog of pulled blocks. Control and bulk
+    /// share `ctl_bulk`, the `n_ctl` control frames in front (one queue less per peer).
     pub(super) pending: VecDeque<TxDesc>,
+    pub(super) ctl_bulk: VecDeque<TxDesc>,
+    n_ctl: u32,
     pub(super) unacked: VecDeque<TxDesc>,
     pub(super) resend: VecDeque<u32>,
     rtt: Rtt,
@@ -159,6 +166,8 @@ impl<F> Default for Stream<F> {
         Stream {
             next_seq: 0,
             pending: VecDeque::new(),
+            ctl_bulk: VecDeque::new(),
+            n_ctl: 0,
             unacked: VecDeque::new(),
             resend: VecDeque::new(),
             rtt: Rtt::default(),
@@ -178,6 +187,8 @@ impl<F> Stream<F> {
     /// is the same).
     pub(super) fn reset(&mut self) {
         self.pending.clear();
+        self.ctl_bulk.clear();
+        self.n_ctl = 0;
         self.unacked.clear();
         self.resend.clear();
         self.reorder.clear();
@@ -190,7 +201,49 @@ impl<F> Stream<F> {
 
     /// Frames to send or resend.
     pub(super) fn has_tx(&self) -> bool {
-        !self.resend.is_empty() || !self.pending.is_empty()
+        !self.resend.is_empty() || self.has_new()
+    }
+
+    /// New frames to send (not resends).
+    pub(super) fn has_new(&self) -> bool {
+        !self.pending.is_empty() || !self.ctl_bulk.is_empty()
+    }
+
+    /// Queues a new frame behind those of its class.
+    pub(super) fn queue(&mut self, d: TxDesc) {
+        match d.kind {
+            Kind::Eager | Kind::Small | Kind::Rts => self.pending.push_back(d),
+            Kind::PullData => self.ctl_bulk.push_back(d),
+            _ => {
+                // Behind the other control frames, ahead of all bulk data (few control
+                // frames wait at a time: the insert moves those).
+                self.ctl_bulk.insert(self.n_ctl as usize, d);
+                self.n_ctl += 1;
+            }
+        }
+    }
+
+    /// Puts back a frame `next_new` gave, in front of its class.
+    fn unqueue(&mut self, d: TxDesc) {
+        match d.kind {
+            Kind::Eager | Kind::Small | Kind::Rts => self.pending.push_front(d),
+            Kind::PullData => self.ctl_bulk.insert(self.n_ctl as usize, d),
+            _ => {
+                self.ctl_bulk.push_front(d);
+                self.n_ctl += 1;
+            }
+        }
+    }
+
+    /// The next new frame: control first, then messages, then bulk data.
+    fn next_new(&mut self) -> Option<TxDesc> {
+        if self.n_ctl > 0 {
+            self.n_ctl -= 1;
+            return self.ctl_bulk.pop_front();
+        }
+        self.pending
+            .pop_front()
+            .or_else(|| self.ctl_bulk.pop_front())
     }
 
     // ---- acknowledgements -----------------------------------------------------------------
@@ -428,7 +481,7 @@ impl<F> Stream<F> {
             }
         }
         while src.room() && self.unacked.len() < limit {
-            let Some(mut d) = self.pending.pop_front() else {
+            let Some(mut d) = self.next_new() else {
                 break;
             };
             d.seq = self.next_seq;
@@ -446,7 +499,7 @@ impl<F> Stream<F> {
                     piggybacked = true;
                 }
                 Emit::NoBuffer => {
-                    self.pending.push_front(d);
+                    self.unqueue(d);
                     break;
                 }
                 Emit::Gone => {}
@@ -508,5 +561,72 @@ impl<F> Stream<F> {
             scan.fired = true;
         }
         scan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame source that takes everything and records the kinds.
+    struct Take(Vec<Kind>);
+    impl FrameSource for Take {
+        fn room(&self) -> bool {
+            true
+        }
+        fn emit(&mut self, d: &TxDesc) -> Emit {
+            self.0.push(d.kind);
+            Emit::Sent
+        }
+    }
+
+    #[test]
+    fn control_and_messages_go_ahead_of_bulk_data_in_their_own_order() {
+        let mut s: Stream<()> = Stream::default();
+        for _ in 0..100 {
+            s.queue(TxDesc::new(Kind::PullData, 1));
+        }
+        s.queue(TxDesc::new(Kind::Small, 0));
+        s.queue(TxDesc::new(Kind::Pull, 2));
+        s.queue(TxDesc::new(Kind::Rts, 3));
+        s.queue(TxDesc::new(Kind::Fin, 4));
+        let mut out = Take(Vec::new());
+        s.transmit(&mut out, 0, 1024);
+        assert_eq!(
+            &out.0[..4],
+            &[Kind::Pull, Kind::Fin, Kind::Small, Kind::Rts],
+            "control, then messages in order, then bulk"
+        );
+        assert!(out.0[4..].iter().all(|&k| k == Kind::PullData));
+        assert_eq!(out.0.len(), 104);
+        // Sequence numbers follow the order sent.
+        let seqs: Vec<u32> = s.unacked.iter().map(|d| d.seq).collect();
+        assert_eq!(seqs, (0..104).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn a_frame_without_a_buffer_keeps_its_place() {
+        struct Once(bool, Vec<Kind>);
+        impl FrameSource for Once {
+            fn room(&self) -> bool {
+                true
+            }
+            fn emit(&mut self, d: &TxDesc) -> Emit {
+                if !self.0 {
+                    self.0 = true;
+                    return Emit::NoBuffer;
+                }
+                self.1.push(d.kind);
+                Emit::Sent
+            }
+        }
+        let mut s: Stream<()> = Stream::default();
+        s.queue(TxDesc::new(Kind::PullData, 1));
+        s.queue(TxDesc::new(Kind::Grant, 2));
+        s.queue(TxDesc::new(Kind::Pull, 3));
+        let mut src = Once(false, Vec::new());
+        s.transmit(&mut src, 0, 1024);
+        s.transmit(&mut src, 0, 1024);
+        assert_eq!(src.1, [Kind::Grant, Kind::Pull, Kind::PullData]);
     }
 }

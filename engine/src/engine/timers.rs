@@ -80,10 +80,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // restarted peer is noticed (by the deadline, or by its reset).
         if peer.waiting_on_peer()
             && peer.stream.unacked.is_empty()
-            && peer.stream.pending.is_empty()
+            && !peer.stream.has_new()
             && now.saturating_sub(peer.conn.last_rx) > timeout / 4
         {
-            peer.stream.pending.push_back(TxDesc::new(Kind::Ping, 0));
+            peer.stream.queue(TxDesc::new(Kind::Ping, 0));
             peer.conn.last_rx = now;
             any = true;
         }

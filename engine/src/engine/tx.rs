@@ -51,7 +51,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 || stream.ack_due.is_some()
                 || !stream.resend.is_empty()
                 || (conn.state == PeerState::Connected
-                    && !stream.pending.is_empty()
+                    && stream.has_new()
                     && (stream.unacked.len() as u32) < self.cfg.window.min(conn.remote_window));
             if more {
                 self.mark_active(p);

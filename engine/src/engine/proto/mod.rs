@@ -55,7 +55,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             for i in 0..count {
                 let off = i as u64 * frag as u64;
                 let l = (len - off).min(frag as u64) as u32;
-                peer.stream.pending.push_back(TxDesc {
+                peer.stream.queue(TxDesc {
                     kind,
                     frag_index: i,
                     frag_count: count,
@@ -74,7 +74,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 flags |= wire::FLAG_NO_CREDIT;
                 self.stats.credit_fallbacks += 1;
             }
-            peer.stream.pending.push_back(TxDesc {
+            peer.stream.queue(TxDesc {
                 kind: Kind::Rts,
                 flags,
                 ..base

@@ -56,11 +56,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             got: 0,
         };
         self.peers[p].msgs.pulls.insert(msg_id, id);
-        for _ in 0..self.cfg.pull_outstanding {
+        for _ in 0..self.pull_window(p) {
             self.ask_block(id);
         }
         // A zero-byte pull (truncated to nothing) finishes at once.
         self.maybe_finish_pull(id);
+    }
+
+    /// Blocks kept requested per message: enough to fill the frame window the sender may
+    /// have in flight to us (fewer and the pipe drains between blocks: the sender idles
+    /// while its window has room), at least `pull_outstanding`.
+    fn pull_window(&self, p: usize) -> usize {
+        let conn = &self.peers[p].conn;
+        let frames = self.cfg.window.min(conn.remote_window) as usize;
+        let bytes = frames * conn.frag;
+        bytes
+            .div_ceil(self.cfg.pull_block.max(1))
+            .clamp(self.cfg.pull_outstanding, 256)
     }
 
     /// Queues the next pull request of receive `id`, if any bytes remain unasked.
@@ -85,7 +97,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let len = (*want - *asked).min(block);
         let (p, m, off) = (*peer, *msg_id, *asked);
         *asked += len;
-        self.peers[p].stream.pending.push_back(TxDesc {
+        self.peers[p].stream.queue(TxDesc {
             offset: off,
             total: len,
             ..TxDesc::new(Kind::Pull, m)
@@ -133,10 +145,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// sender on this node completes at once, one elsewhere when the FIN arrives.
     pub(in crate::engine) fn send_fin(&mut self, p: usize, msg_id: u32) {
         if !self.finish_local_send(p, msg_id, Kind::Fin) {
-            self.peers[p]
-                .stream
-                .pending
-                .push_back(TxDesc::new(Kind::Fin, msg_id));
+            self.peers[p].stream.queue(TxDesc::new(Kind::Fin, msg_id));
         }
         self.mark_active(p);
     }
@@ -158,10 +167,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         let count = (end - r.offset).div_ceil(frag) as u32;
-        let pending = &mut self.peers[p].stream.pending;
+        let stream = &mut self.peers[p].stream;
         for i in 0..count {
             let off = r.offset + i as u64 * frag;
-            pending.push_back(TxDesc {
+            stream.queue(TxDesc {
                 req: Some(id),
                 frag_index: i,
                 frag_count: count,
