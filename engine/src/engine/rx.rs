@@ -93,7 +93,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 if kind == Kind::Ack {
                     let sack = AckRepr::parse(Frame::new_unchecked(f.as_ref()).payload())
                         .unwrap_or_default();
-                    self.on_ack(p, r.ack, r.credit, Some(&sack), now);
+                    // No bit set (nothing missing): only the cumulative part counts.
+                    let sack = (sack.sack != [0; wire::SACK_WORDS]).then_some(&sack);
+                    self.on_ack(p, r.ack, r.credit, sack, now);
                 } else {
                     self.on_ack(p, r.ack, r.credit, None, now);
                     self.on_sequenced(p, r, f, now);
@@ -108,6 +110,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let peer = &mut self.peers[p];
         peer.conn.last_rx = now;
         let more_credit = peer.credit.on_released(credit);
+        // Most frames acknowledge nothing new (the ack has not moved since the last one).
+        if !more_credit && sack.is_none() && !peer.stream.acks_new(ack) {
+            return;
+        }
         // A buffer kept across calls: acks are on every frame's path.
         let mut done = std::mem::take(&mut self.acked);
         peer.stream

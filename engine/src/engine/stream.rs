@@ -295,6 +295,12 @@ impl<F> Stream<F> {
         }
     }
 
+    /// Whether cumulative ack `ack` acknowledges a frame not acknowledged yet.
+    #[inline]
+    pub(super) fn acks_new(&self, ack: u32) -> bool {
+        self.unacked.front().is_some_and(|d| seq_lt(d.seq, ack))
+    }
+
     /// The selective part of an ack: visits its set bits only.
     fn on_sack(
         &mut self,

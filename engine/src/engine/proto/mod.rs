@@ -10,7 +10,7 @@ use crate::addr::EndpointAddr;
 use crate::copy::CopyEngine;
 use crate::engine::Engine;
 use crate::engine::peer::eager_cost;
-use crate::engine::request::{RecvState, Req, ReqKind};
+use crate::engine::request::{RecvState, Req, ReqKind, Requests};
 use crate::engine::stream::TxDesc;
 use crate::engine::types::{MsgInfo, Outcome, ReqId};
 use crate::engine::unexpected::Unexp;
@@ -165,16 +165,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The first receive posted on `ep` that matches `info`, taken off the posted queue.
     fn take_posted(&mut self, ep: u16, info: MsgInfo) -> Option<ReqId> {
-        let e = self.eps.get(ep).ok()?;
-        let i = e.posted.iter().position(|&id| match self.reqs.get(id) {
+        let e = self.eps.get_mut(ep).ok()?;
+        let reqs = &mut self.reqs;
+        let matches = |reqs: &Requests, id: ReqId| match reqs.get(id) {
             Some(Req {
                 kind: ReqKind::Recv(r),
                 ..
             }) => r.spec.matches(info.match_bits, info.src_rank),
             _ => false,
-        })?;
-        let id = self.eps.get_mut(ep).ok()?.posted.remove(i)?;
-        if let Some(r) = self.reqs.recv_mut(id) {
+        };
+        // Usually the oldest posted receive takes it: one look, one pop.
+        let id = if matches(reqs, *e.posted.front()?) {
+            e.posted.pop_front()?
+        } else {
+            let i = e.posted.iter().position(|&id| matches(reqs, id))?;
+            e.posted.remove(i)?
+        };
+        if let Some(r) = reqs.recv_mut(id) {
             r.info = Some(info);
         }
         Some(id)
