@@ -24,6 +24,10 @@ pub struct Row {
     pub retransmits: u64,
     /// Frames received twice (a false retransmit, on this lossless link).
     pub duplicates: u64,
+    /// User-space instructions per message per side (the two engine threads' counts over
+    /// the messages, halved), where the CPU's counter can be read; `None` elsewhere (then
+    /// `make bench-instr` counts them with callgrind).
+    pub instr_per_msg: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -33,6 +37,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub small_msgs_per_s_target: f64,
     pub small_target_met: bool,
+    /// Why no row has an instruction count (no CPU counter here), if none has.
+    pub instr_unavailable: Option<String>,
 }
 
 type Eng = Engine<MemLink, CpuCopy<HeapMemory>>;
@@ -86,6 +92,8 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         }
         let mut got = 0u64;
         let mut first = None;
+        let ctr = tigon_shm::perf::InstrCounter::this_thread().ok();
+        let i0 = ctr.as_ref().and_then(|c| c.read().ok());
         while got < count {
             e.poll(&mut lb, clock(t0));
             while let Some(c) = e.pop_completion() {
@@ -98,11 +106,12 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
                 }
             }
         }
+        let instr = i0.zip(ctr.and_then(|c| c.read().ok())).map(|(a, b)| b - a);
         // Keep acknowledging until the sender has seen its completions.
         while !stop_b.load(Ordering::Relaxed) {
             e.poll(&mut lb, clock(t0));
         }
-        (e.stats.clone(), first)
+        (e.stats.clone(), first, instr)
     });
     pin(0);
     let mut e: Eng =
@@ -117,6 +126,8 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
     let (mut posted, mut done) = (0u64, 0u64);
     let start = Instant::now();
     let mut last_report = Instant::now();
+    let ctr = tigon_shm::perf::InstrCounter::this_thread().ok();
+    let i0 = ctr.as_ref().and_then(|c| c.read().ok());
     while done < count {
         while posted < count
             && let Some(b) = free.pop()
@@ -139,8 +150,9 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let instr = i0.zip(ctr.and_then(|c| c.read().ok())).map(|(a, b)| b - a);
     stop.store(true, Ordering::Relaxed);
-    let (rstats, _) = receiver.join().expect("receiver thread");
+    let (rstats, _, rinstr) = receiver.join().expect("receiver thread");
     let frames = e.stats.tx_frames + rstats.tx_frames;
     Row {
         class: class.into(),
@@ -153,6 +165,9 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         gbit_per_s: (count as f64 * size as f64 * 8.0) / secs / 1e9,
         retransmits: e.stats.retransmits + rstats.retransmits,
         duplicates: e.stats.rx_duplicates + rstats.rx_duplicates,
+        instr_per_msg: instr
+            .zip(rinstr)
+            .map(|(a, b)| (a + b) as f64 / 2.0 / count as f64),
     }
 }
 
@@ -177,12 +192,19 @@ pub fn run(mtu: usize, scale: f64) -> Report {
         .filter(|r| r.class == "small")
         .map(|r| r.msgs_per_s)
         .fold(0.0, f64::max);
+    let instr_unavailable = rows.iter().all(|r| r.instr_per_msg.is_none()).then(|| {
+        match tigon_shm::perf::InstrCounter::this_thread() {
+            Ok(_) => "the counter could not be read".to_string(),
+            Err(e) => format!("no CPU instruction counter here (perf_event_open: {e})"),
+        }
+    });
     Report {
         command: format!("tigon bench engine --mtu {mtu}"),
         cores: cores(),
         rows,
         small_msgs_per_s_target: 5e6,
         small_target_met: small >= 5e6,
+        instr_unavailable,
     }
 }
 
@@ -210,6 +232,8 @@ pub fn render(r: &Report) -> String {
                 format!("{:.2}", x.gbit_per_s),
                 x.retransmits.to_string(),
                 x.duplicates.to_string(),
+                x.instr_per_msg
+                    .map_or_else(|| "n/a".to_string(), |i| format!("{i:.0}")),
             ]
         })
         .collect();
@@ -223,9 +247,15 @@ pub fn render(r: &Report) -> String {
             "Gbit/s",
             "retransmits",
             "duplicates",
+            "instr/msg/side",
         ],
         &rows,
     );
+    if let Some(why) = &r.instr_unavailable {
+        s.push_str(&format!(
+            "\n\ninstr/msg/side: {why}; `make bench-instr` counts them with callgrind"
+        ));
+    }
     let best = best_small(r);
     s.push_str(&format!(
         "\n\ntarget: >= 5 M small messages/s per core: {} ({} msgs/s; {} cores here)\nreproduce: {}",
