@@ -150,6 +150,11 @@ pub enum Kind {
     /// first transmission only: a retransmission carries the full header, so a receiver that
     /// restarted meanwhile can answer it with a Reset.
     Small = 14,
+    /// The sender's retransmit timer fired: "acknowledge now" (unsequenced, no payload). The
+    /// receiver answers with an Ack flagged [`FLAG_PROBE_REPLY`] once it has taken every
+    /// frame that arrived before the probe, so the sender resends only what is missing: a
+    /// receiver that was merely slow (descheduled) costs no retransmission.
+    Probe = 15,
 }
 
 impl Kind {
@@ -169,6 +174,7 @@ impl Kind {
             12 => Kind::Grant,
             13 => Kind::GrantReturn,
             14 => Kind::Small,
+            15 => Kind::Probe,
             _ => return None,
         })
     }
@@ -177,7 +183,7 @@ impl Kind {
     pub fn is_sequenced(self) -> bool {
         !matches!(
             self,
-            Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset
+            Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset | Kind::Probe
         )
     }
 }
@@ -193,6 +199,9 @@ pub const FLAG_RETURN: u16 = 1 << 2;
 /// a link without a frame check of its own (`Config::payload_checksum`); Ethernet's FCS and
 /// memory links (memif) make the per-byte pass redundant.
 pub const FLAG_PAYLOAD_CK: u16 = 1 << 3;
+/// Header flag on an Ack: it answers a [`Kind::Probe`]; the frames sent before the probe and
+/// acknowledged neither cumulatively nor selectively did not arrive.
+pub const FLAG_PROBE_REPLY: u16 = 1 << 5;
 
 mod field {
     use core::ops::Range;

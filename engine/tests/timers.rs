@@ -108,6 +108,57 @@ fn sender_descheduled_10ms_takes_its_acks_before_any_timer_fires() {
 }
 
 #[test]
+fn receiver_descheduled_10ms_costs_a_probe_not_a_retransmission() {
+    let mut w = World::new(2, lossless(), 13, Config::default());
+    w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    let buf = w.mem(0).insert(vec![1; 8]);
+    let first = w.nodes[0]
+        .eng
+        .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+        .unwrap();
+    let rb = w.mem(1).insert(vec![0; 8]);
+    w.nodes[1]
+        .eng
+        .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+        .unwrap();
+    assert!(w.wait(0, first, 100_000).result.is_ok());
+    const N: usize = 300;
+    for k in 0..N {
+        let buf = w.mem(0).insert(pattern(0, k as u32, 1000));
+        w.nodes[0]
+            .eng
+            .isend(0, b, match_bits(1, 2), 0, buf, SendMode::Standard)
+            .unwrap();
+        let rb = w.mem(1).insert(vec![0; 1000]);
+        w.nodes[1]
+            .eng
+            .irecv(0, MatchSpec::mpi(1, 0, 2), rb)
+            .unwrap();
+    }
+    // The receiver is descheduled for 10 ms while the sender keeps polling: its timer fires
+    // (more than once, backing off) on frames that sit in the receiver's queue.
+    let until = w.now + 10_000_000;
+    while w.now < until {
+        poll_one(&mut w, 0);
+    }
+    assert!(w.nodes[0].eng.stats.rto_events > 0, "the timer fired");
+    let mut done = 0;
+    w.run_until(1_000_000, |w| {
+        while let Some(c) = w.nodes[0].eng.pop_completion() {
+            assert!(c.result.is_ok(), "{c:?}");
+            done += 1;
+        }
+        done == N
+    });
+    assert_eq!(
+        w.nodes[0].eng.stats.retransmits, 0,
+        "the probes' replies showed nothing missing"
+    );
+    assert_eq!(w.nodes[1].eng.stats.rx_duplicates, 0);
+}
+
+#[test]
 fn lossless_link_sees_no_retransmit_at_any_size() {
     let mut w = World::new(2, lossless(), 12, Config::default());
     let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();

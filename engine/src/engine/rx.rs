@@ -95,9 +95,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                         .unwrap_or_default();
                     // No bit set (nothing missing): only the cumulative part counts.
                     let sack = (sack.sack != [0; wire::SACK_WORDS]).then_some(&sack);
-                    self.on_ack(p, r.ack, r.credit, sack, now);
+                    let reply = r.flags & wire::FLAG_PROBE_REPLY != 0;
+                    self.on_ack(p, r.ack, r.credit, sack, reply, now);
+                } else if kind == Kind::Probe {
+                    // Answered by the next standalone ack: after every frame that arrived
+                    // before the probe, as this one, has been taken.
+                    self.on_ack(p, r.ack, r.credit, None, false, now);
+                    let s = &mut self.peers[p].stream;
+                    s.probe_reply = true;
+                    s.ack_now = true;
+                    self.mark_active(p);
                 } else {
-                    self.on_ack(p, r.ack, r.credit, None, now);
+                    self.on_ack(p, r.ack, r.credit, None, false, now);
                     self.on_sequenced(p, r, f, now);
                 }
             }
@@ -106,18 +115,26 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The ack and credit fields every frame from a connected peer carries, and an Ack
     /// frame's selective ack: retire what was acknowledged, send what the credit now allows.
-    fn on_ack(&mut self, p: usize, ack: u32, credit: u32, sack: Option<&AckRepr>, now: u64) {
+    fn on_ack(
+        &mut self,
+        p: usize,
+        ack: u32,
+        credit: u32,
+        sack: Option<&AckRepr>,
+        probe_reply: bool,
+        now: u64,
+    ) {
         let peer = &mut self.peers[p];
         peer.conn.last_rx = now;
         let more_credit = peer.credit.on_released(credit);
         // Most frames acknowledge nothing new (the ack has not moved since the last one).
-        if !more_credit && sack.is_none() && !peer.stream.acks_new(ack) {
+        if !more_credit && sack.is_none() && !probe_reply && !peer.stream.acks_new(ack) {
             return;
         }
         // A buffer kept across calls: acks are on every frame's path.
         let mut done = std::mem::take(&mut self.acked);
         peer.stream
-            .on_ack(ack, sack, now, self.cfg.rto_min_ns, &mut done);
+            .on_ack(ack, sack, probe_reply, now, self.cfg.rto_min_ns, &mut done);
         if peer.stream.has_tx() {
             self.mark_active(p);
         }

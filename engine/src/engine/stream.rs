@@ -151,8 +151,13 @@ pub(super) struct Stream<F> {
     rtt: Rtt,
     /// Doublings of the retransmit timeout since the cumulative ack last moved.
     rto_backoff: u32,
-    /// When the retransmit timer last fired: frames sent before it give no RTT sample.
-    last_rto: u64,
+    /// When the last probe went out: frames sent before it give no RTT sample, and those of
+    /// them its reply does not acknowledge are lost.
+    pub(super) last_rto: u64,
+    /// The retransmit timer fired: a probe is to be sent.
+    pub(super) probe: bool,
+    /// A probe arrived: the next standalone ack answers it.
+    pub(super) probe_reply: bool,
     // receive side
     pub(super) rcv_next: u32,
     pub(super) reorder: BTreeMap<u32, F>,
@@ -173,6 +178,8 @@ impl<F> Default for Stream<F> {
             rtt: Rtt::default(),
             rto_backoff: 0,
             last_rto: 0,
+            probe: false,
+            probe_reply: false,
             rcv_next: 0,
             reorder: BTreeMap::new(),
             ack_owed: 0,
@@ -197,11 +204,13 @@ impl<F> Stream<F> {
         self.ack_owed = 0;
         self.ack_due = None;
         self.ack_now = false;
+        self.probe = false;
+        self.probe_reply = false;
     }
 
     /// Frames to send or resend.
     pub(super) fn has_tx(&self) -> bool {
-        !self.resend.is_empty() || self.has_new()
+        !self.resend.is_empty() || self.probe || self.has_new()
     }
 
     /// New frames to send (not resends).
@@ -257,6 +266,7 @@ impl<F> Stream<F> {
         &mut self,
         ack: u32,
         sack: Option<&AckRepr>,
+        probe_reply: bool,
         now: u64,
         rto_min_ns: u64,
         done: &mut Vec<TxDesc>,
@@ -279,6 +289,17 @@ impl<F> Stream<F> {
         }
         if let Some(s) = sack {
             self.on_sack(ack, s, now, rto_min_ns, done);
+        }
+        if probe_reply {
+            // The receiver took every frame that arrived before the probe: those sent before
+            // it and still unacknowledged were lost. (Rare: only after a timeout.)
+            let probe = self.last_rto;
+            for d in self.unacked.iter_mut() {
+                if !d.acked && !d.queued && d.last_sent <= probe {
+                    d.queued = true;
+                    self.resend.push_back(d.seq);
+                }
+            }
         }
         // One sample per ack, from the newest frame it acknowledges that went out once and
         // after the last timeout (Karn): older frames acknowledged with it waited behind a
@@ -524,12 +545,13 @@ impl<F> Stream<F> {
     // ---- timers ---------------------------------------------------------------------------
 
     /// The retransmit timer, one per stream, on the oldest frame not acknowledged: its cost
-    /// does not grow with the frames in flight. On the first expiry only that frame goes
-    /// again (a scheduling hiccup of either side, or one lost ack, must not resend a window:
-    /// the ack it draws shows what is really missing, and selective acks fill the holes); on
-    /// further expiries without the cumulative ack moving, the oldest few, and the timeout
-    /// doubles each time. A frame unacknowledged for longer than `timeout` means the peer is
-    /// dead.
+    /// does not grow with the frames in flight. It resends nothing itself: it has a probe sent
+    /// (an unsequenced "acknowledge now", behind every frame sent before it), whose reply
+    /// says what really is missing. A receiver that was only slow (descheduled, its queue
+    /// full of our frames) answers once it has taken them, so a stall costs no retransmission
+    /// and no duplicate; lost frames are resent on the reply. The timeout doubles with each
+    /// probe until the cumulative ack moves. A frame unacknowledged for longer than
+    /// `timeout` means the peer is dead.
     pub(super) fn rto_scan(&mut self, now: u64, cfg: &Config, timeout: u64) -> RtoScan {
         let mut scan = RtoScan {
             dead: false,
@@ -546,26 +568,12 @@ impl<F> Stream<F> {
             return scan;
         }
         let wait = (self.rtt.rto(cfg) << self.rto_backoff.min(16)).min(cfg.rto_max_ns);
-        if now.saturating_sub(d.last_sent) < wait {
+        if self.probe || now.saturating_sub(d.last_sent.max(self.last_rto)) < wait {
             return scan;
         }
-        let burst = if self.rto_backoff == 0 { 1 } else { RTO_BURST };
-        let mut fired = 0;
-        for d in self.unacked.iter_mut().skip(oldest).take(RTO_BURST) {
-            if fired == burst {
-                break;
-            }
-            if !d.acked && !d.queued && now.saturating_sub(d.last_sent) >= wait {
-                d.queued = true;
-                self.resend.push_back(d.seq);
-                fired += 1;
-            }
-        }
-        if fired > 0 {
-            self.rto_backoff += 1;
-            self.last_rto = now;
-            scan.fired = true;
-        }
+        self.probe = true;
+        self.rto_backoff += 1;
+        scan.fired = true;
         scan
     }
 }

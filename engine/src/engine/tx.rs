@@ -49,6 +49,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let (conn, stream) = (&peer.conn, &peer.stream);
             let more = conn.state == PeerState::Connecting
                 || stream.ack_due.is_some()
+                || stream.probe
+                || stream.probe_reply
                 || !stream.resend.is_empty()
                 || (conn.state == PeerState::Connected
                     && stream.has_new()
@@ -111,19 +113,34 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.peers[p].stream = stream;
         self.stats.retransmits += out.retransmits;
         sent += out.frames;
+        // The retransmit timer's probe, behind everything sent so far.
+        if self.peers[p].stream.probe
+            && self.tx.len() < budget
+            && self.emit(link, self.header(p, Kind::Probe), None)
+        {
+            sent += 1;
+            let s = &mut self.peers[p].stream;
+            s.probe = false;
+            s.last_rto = now;
+        }
         let stream = &self.peers[p].stream;
-        let ack = stream.ack_due_at(now) || self.idle && stream.ack_due.is_some();
+        let ack =
+            stream.ack_due_at(now) || stream.probe_reply || self.idle && stream.ack_due.is_some();
         if ack && self.tx.len() < budget {
-            let h = Repr {
+            let mut h = Repr {
                 length: wire::ACK_PAYLOAD_LEN as u32,
                 ..self.header(p, Kind::Ack)
             };
+            if stream.probe_reply {
+                h.flags |= wire::FLAG_PROBE_REPLY;
+            }
             let mut payload = [0u8; wire::ACK_PAYLOAD_LEN];
             self.peers[p].stream.sack().emit(&mut payload);
             if self.emit(link, h, Some(&payload)) {
                 sent += 1;
                 self.stats.acks_sent += 1;
                 self.peers[p].stream.acked();
+                self.peers[p].stream.probe_reply = false;
             }
         }
         sent

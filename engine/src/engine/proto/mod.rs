@@ -148,7 +148,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::Fin => self.on_fin(p, r.msg_id),
             Kind::Grant => self.on_grant(p, &r),
             Kind::GrantReturn => self.on_grant_return(p, &r),
-            Kind::Connect | Kind::ConnectAck | Kind::Ack | Kind::Reset | Kind::Ping => {}
+            Kind::Connect
+            | Kind::ConnectAck
+            | Kind::Ack
+            | Kind::Reset
+            | Kind::Ping
+            | Kind::Probe => {}
         }
         true
     }
