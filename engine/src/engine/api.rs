@@ -90,11 +90,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         });
         self.peers[p].msgs.sends.insert(msg_id, id);
         self.stats.sends_posted += 1;
-        self.peers[p].msgs.waiting.push_back(id);
         match self.peers[p].conn.state {
-            PeerState::Connected => self.flush_waiting(p),
-            PeerState::Connecting => {}
-            PeerState::Idle => self.start_connect(p, now),
+            // Straight onto the wire queue when nothing waits before it.
+            PeerState::Connected if self.peers[p].msgs.waiting.is_empty() => self.queue_send(p, id),
+            PeerState::Connected => {
+                self.peers[p].msgs.waiting.push_back(id);
+                self.flush_waiting(p);
+            }
+            PeerState::Connecting => self.peers[p].msgs.waiting.push_back(id),
+            PeerState::Idle => {
+                self.peers[p].msgs.waiting.push_back(id);
+                self.start_connect(p, now);
+            }
         }
         self.mark_active(p);
         Ok(id)

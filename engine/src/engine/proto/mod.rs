@@ -27,7 +27,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Expands a send into frames on the peer's queue: eager while the peer's credit covers
     /// it, rendezvous otherwise.
-    fn queue_send(&mut self, p: usize, id: ReqId) {
+    pub(in crate::engine) fn queue_send(&mut self, p: usize, id: ReqId) {
         let rndv_threshold = self.cfg.rndv_threshold as u64;
         let peer = &mut self.peers[p];
         let (frag, avail) = (peer.conn.frag, peer.credit.avail());
