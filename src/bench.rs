@@ -126,13 +126,41 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         Which::Engine { mtu, scale } => {
             let r = engine::run(mtu as usize, scale);
             println!("{}", engine::render(&r));
-            let targets = [report::Target::check(
-                "small messages >= 5 M/s per core",
-                Some(engine::best_small(&r)),
-                r.small_msgs_per_s_target,
-                false,
-                format!("{} msgs/s", report::si(engine::best_small(&r))),
-            )];
+            let ratio = engine::rndv_over_eager(&r);
+            let instr = engine::small_instr(&r);
+            let targets = [
+                report::Target::check(
+                    "small messages >= 10 M/s per core",
+                    Some(engine::best_small(&r)),
+                    r.small_msgs_per_s_target,
+                    false,
+                    format!("{} msgs/s", report::si(engine::best_small(&r))),
+                ),
+                report::Target::check(
+                    "0 retransmits in every row (lossless link)",
+                    Some(engine::total_retransmits(&r) as f64),
+                    0.0,
+                    true,
+                    format!("{} retransmits", engine::total_retransmits(&r)),
+                ),
+                report::Target::check(
+                    "rendezvous (1 MiB, 4 MiB) Gbit/s >= 16 KiB eager",
+                    ratio,
+                    1.0,
+                    false,
+                    ratio.map_or("n/a".into(), |v| format!("{v:.2} x the eager rate")),
+                ),
+                report::Target::check(
+                    "<= 600 instructions per small message per side",
+                    instr,
+                    600.0,
+                    true,
+                    instr.map_or_else(
+                        || "no CPU counter here: make bench-instr".into(),
+                        |v| format!("{v:.0}"),
+                    ),
+                ),
+            ];
             let p = report::save_report(
                 &report::out_dir(),
                 "engine",
