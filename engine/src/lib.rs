@@ -16,6 +16,7 @@ pub mod fasthash;
 pub mod link;
 pub mod matching;
 pub mod memlink;
+pub mod net;
 pub mod sim;
 pub mod stats;
 pub mod wire;

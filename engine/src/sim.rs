@@ -150,6 +150,22 @@ impl SimNet {
     }
 
     fn send(&self, from: MacAddr, frame: Vec<u8>) {
+        let to = match frame.get(0..6) {
+            Some(d) => MacAddr(d.try_into().expect("6")),
+            None => MacAddr::default(),
+        };
+        if to != MacAddr::BROADCAST {
+            return self.send_to(from, to, frame);
+        }
+        // A broadcast (ARP) reaches every other port, each copy meeting the faults alone.
+        let mut ports: Vec<MacAddr> = self.0.borrow().inbox.keys().copied().collect();
+        ports.sort();
+        for p in ports.into_iter().filter(|p| *p != from) {
+            self.send_to(from, p, frame.clone());
+        }
+    }
+
+    fn send_to(&self, from: MacAddr, to: MacAddr, frame: Vec<u8>) {
         let mut s = self.0.borrow_mut();
         let s = &mut *s;
         s.stats.sent += 1;
@@ -157,7 +173,6 @@ impl SimNet {
             s.stats.lost += 1;
             return;
         }
-        let to = MacAddr(frame[0..6].try_into().expect("6"));
         let f = s.faults;
         if s.rng.gen_bool(f.loss.clamp(0.0, 1.0)) {
             s.stats.lost += 1;
