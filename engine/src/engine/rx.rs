@@ -95,18 +95,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                         .unwrap_or_default();
                     // No bit set (nothing missing): only the cumulative part counts.
                     let sack = (sack.sack != [0; wire::SACK_WORDS]).then_some(&sack);
-                    let reply = r.flags & wire::FLAG_PROBE_REPLY != 0;
+                    let reply = (r.flags & wire::FLAG_PROBE_REPLY != 0).then_some(r.msg_id as u16);
                     self.on_ack(p, r.ack, r.credit, sack, reply, now);
                 } else if kind == Kind::Probe {
                     // Answered by the next standalone ack: after every frame that arrived
                     // before the probe, as this one, has been taken.
-                    self.on_ack(p, r.ack, r.credit, None, false, now);
+                    self.on_ack(p, r.ack, r.credit, None, None, now);
                     let s = &mut self.peers[p].stream;
                     s.probe_reply = true;
+                    s.probe_echo = r.msg_id as u16;
                     s.ack_now = true;
                     self.mark_active(p);
                 } else {
-                    self.on_ack(p, r.ack, r.credit, None, false, now);
+                    self.on_ack(p, r.ack, r.credit, None, None, now);
                     self.on_sequenced(p, r, f, now);
                 }
             }
@@ -121,14 +122,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         ack: u32,
         credit: u32,
         sack: Option<&AckRepr>,
-        probe_reply: bool,
+        probe_reply: Option<u16>,
         now: u64,
     ) {
         let peer = &mut self.peers[p];
         peer.conn.last_rx = now;
         let more_credit = peer.credit.on_released(credit);
         // Most frames acknowledge nothing new (the ack has not moved since the last one).
-        if !more_credit && sack.is_none() && !probe_reply && !peer.stream.acks_new(ack) {
+        if !more_credit && sack.is_none() && probe_reply.is_none() && !peer.stream.acks_new(ack) {
             return;
         }
         // A buffer kept across calls: acks are on every frame's path.

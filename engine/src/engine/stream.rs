@@ -85,25 +85,28 @@ pub(super) trait FrameSource {
 /// Smoothed round-trip time and its variation (RFC 6298).
 #[derive(Debug, Default)]
 pub(super) struct Rtt {
+    /// Smoothed RTT in ns, at least 1 once sampled (0: no sample yet).
     pub(super) srtt: u64,
     rttvar: u64,
-    valid: bool,
 }
 
 impl Rtt {
+    fn valid(&self) -> bool {
+        self.srtt != 0
+    }
     fn sample(&mut self, r: u64) {
-        if !self.valid {
+        let r = r.max(1);
+        if !self.valid() {
             self.srtt = r;
             self.rttvar = r / 2;
-            self.valid = true;
         } else {
             let d = self.srtt.abs_diff(r);
             self.rttvar = (3 * self.rttvar + d) / 4;
-            self.srtt = (7 * self.srtt + r) / 8;
+            self.srtt = ((7 * self.srtt + r) / 8).max(1);
         }
     }
     fn rto(&self, c: &Config) -> u64 {
-        if !self.valid {
+        if !self.valid() {
             return c.rto_initial_ns;
         }
         (self.srtt + 4 * self.rttvar).clamp(c.rto_min_ns, c.rto_max_ns)
@@ -158,6 +161,10 @@ pub(super) struct Stream<F> {
     pub(super) probe: bool,
     /// A probe arrived: the next standalone ack answers it.
     pub(super) probe_reply: bool,
+    /// Number of the latest probe sent (its reply echoes it: the reply to an earlier probe
+    /// says nothing of the frames sent since); on the receiving side, the number to echo.
+    pub(super) probe_id: u16,
+    pub(super) probe_echo: u16,
     // receive side
     pub(super) rcv_next: u32,
     pub(super) reorder: BTreeMap<u32, F>,
@@ -180,6 +187,8 @@ impl<F> Default for Stream<F> {
             last_rto: 0,
             probe: false,
             probe_reply: false,
+            probe_id: 0,
+            probe_echo: 0,
             rcv_next: 0,
             reorder: BTreeMap::new(),
             ack_owed: 0,
@@ -266,7 +275,7 @@ impl<F> Stream<F> {
         &mut self,
         ack: u32,
         sack: Option<&AckRepr>,
-        probe_reply: bool,
+        probe_reply: Option<u16>,
         now: u64,
         rto_min_ns: u64,
         done: &mut Vec<TxDesc>,
@@ -290,9 +299,9 @@ impl<F> Stream<F> {
         if let Some(s) = sack {
             self.on_sack(ack, s, now, rto_min_ns, done);
         }
-        if probe_reply {
-            // The receiver took every frame that arrived before the probe: those sent before
-            // it and still unacknowledged were lost. (Rare: only after a timeout.)
+        if probe_reply == Some(self.probe_id) {
+            // The receiver took every frame that arrived before the latest probe: those sent
+            // before it and still unacknowledged were lost. (Rare: only after a timeout.)
             let probe = self.last_rto;
             for d in self.unacked.iter_mut() {
                 if !d.acked && !d.queued && d.last_sent <= probe {
@@ -616,6 +625,37 @@ mod tests {
         // Sequence numbers follow the order sent.
         let seqs: Vec<u32> = s.unacked.iter().map(|d| d.seq).collect();
         assert_eq!(seqs, (0..104).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn a_reply_to_an_earlier_probe_resends_nothing_sent_since() {
+        let mut s: Stream<()> = Stream::default();
+        let mut out = Take(Vec::new());
+        for _ in 0..4 {
+            s.queue(TxDesc::new(Kind::Small, 0));
+        }
+        s.transmit(&mut out, 100, 1024); // seq 0..4 at t = 100
+        // Probe 1 at t = 200; then four more frames; then probe 2 at t = 400.
+        (s.probe_id, s.last_rto) = (1, 200);
+        for _ in 0..4 {
+            s.queue(TxDesc::new(Kind::Small, 0));
+        }
+        s.transmit(&mut out, 300, 1024); // seq 4..8 at t = 300
+        (s.probe_id, s.last_rto) = (2, 400);
+        let mut done = Vec::new();
+        // The reply to probe 1: the receiver had seq 0..4 then; 4..8 are on their way.
+        s.on_ack(4, None, Some(1), 500, 1_000_000, &mut done);
+        assert_eq!(done.len(), 4);
+        assert!(
+            s.resend.is_empty(),
+            "frames sent after probe 1 are not lost"
+        );
+        // The reply to probe 2 with the same ack: 4..8 were sent before it, so lost.
+        s.on_ack(4, None, Some(2), 600, 1_000_000, &mut done);
+        assert_eq!(s.resend.iter().copied().collect::<Vec<_>>(), [4, 5, 6, 7]);
+        // A second reply does not queue them twice.
+        s.on_ack(4, None, Some(2), 700, 1_000_000, &mut done);
+        assert_eq!(s.resend.len(), 4);
     }
 
     #[test]

@@ -114,14 +114,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.stats.retransmits += out.retransmits;
         sent += out.frames;
         // The retransmit timer's probe, behind everything sent so far.
-        if self.peers[p].stream.probe
-            && self.tx.len() < budget
-            && self.emit(link, self.header(p, Kind::Probe), None)
-        {
-            sent += 1;
-            let s = &mut self.peers[p].stream;
-            s.probe = false;
-            s.last_rto = now;
+        if self.peers[p].stream.probe && self.tx.len() < budget {
+            let id = self.peers[p].stream.probe_id.wrapping_add(1);
+            let h = Repr {
+                msg_id: id as u32,
+                ..self.header(p, Kind::Probe)
+            };
+            if self.emit(link, h, None) {
+                sent += 1;
+                let s = &mut self.peers[p].stream;
+                s.probe = false;
+                s.probe_id = id;
+                s.last_rto = now;
+            }
         }
         let stream = &self.peers[p].stream;
         let ack =
@@ -133,6 +138,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             };
             if stream.probe_reply {
                 h.flags |= wire::FLAG_PROBE_REPLY;
+                h.msg_id = stream.probe_echo as u32;
             }
             let mut payload = [0u8; wire::ACK_PAYLOAD_LEN];
             self.peers[p].stream.sack().emit(&mut payload);
