@@ -38,7 +38,7 @@ use crate::stats::Stats;
 use crate::wire::{MacAddr, Repr};
 use endpoint::Endpoints;
 use peer::Peer;
-use request::{ReqKind, Requests};
+use request::Requests;
 use std::collections::VecDeque;
 use stream::TxDesc;
 
@@ -173,14 +173,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Retires a request and queues its completion.
     fn finish(&mut self, id: ReqId, result: Result<Outcome, Error>) {
-        let Some(req) = self.reqs.take(id) else {
+        let Some(req) = self.reqs.retire(id) else {
             return;
         };
-        if let ReqKind::Send(s) = &req.kind {
-            if let Some(p) = self.peers.get_mut(s.peer) {
-                p.msgs.sends.remove(&s.msg_id);
+        if let Some((peer, msg_id, buf)) = req.send {
+            if let Some(p) = self.peers.get_mut(peer) {
+                p.msgs.sends.remove(&msg_id);
             }
-            self.copy.release(&s.buf);
+            self.copy.release(&buf);
             self.stats.sends_completed += 1;
         } else {
             self.stats.recvs_completed += 1;

@@ -78,6 +78,13 @@ pub(super) struct Req {
     pub(super) kind: ReqKind,
 }
 
+/// What the completion of a retired request needs of it.
+pub(super) struct Retired {
+    pub(super) ep: u16,
+    /// A send's peer, message id and buffer.
+    pub(super) send: Option<(usize, u32, BufRef)>,
+}
+
 /// Requests by index, each slot with the generation of its latest occupant.
 #[derive(Debug, Default)]
 pub(super) struct Requests {
@@ -135,15 +142,24 @@ impl Requests {
         }
     }
 
-    /// Removes request `id` (if it is still the slot's occupant) and frees its slot.
-    pub(super) fn take(&mut self, id: ReqId) -> Option<Req> {
+    /// Retires request `id` (if it is still the slot's occupant): frees its slot and returns
+    /// what its completion needs, without moving the whole request out of the slab.
+    pub(super) fn retire(&mut self, id: ReqId) -> Option<Retired> {
         let (g, slot) = self.slots.get_mut(id.index())?;
         if *g != id.generation() {
             return None;
         }
-        let req = slot.take()?;
+        let req = slot.as_ref()?;
+        let r = Retired {
+            ep: req.ep,
+            send: match &req.kind {
+                ReqKind::Send(s) => Some((s.peer, s.msg_id, s.buf)),
+                ReqKind::Recv(_) => None,
+            },
+        };
+        *slot = None;
         self.free.push(id.index());
-        Some(req)
+        Some(r)
     }
 
     /// Requests still pending.
