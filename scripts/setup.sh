@@ -25,6 +25,9 @@ PACKAGES=(dpdk dpdk-dev libdpdk-dev openmpi-bin libopenmpi-dev clang libclang-de
     valgrind
     # tests/guide.rs validates docker/compose.yaml against the Compose schema.
     python3-yaml python3-jsonschema
+    # tests/udp_wire.rs: a capture of the routed fabric, read back by tcpdump and by
+    # Wireshark's dissectors (tshark)
+    tcpdump tshark
     # text in the PNG plots of `tigon bench mpi`
     fonts-dejavu-core)
 missing=()

@@ -332,6 +332,7 @@ fn run_tigon(
         loss: 0,
         dma: false,
         mtu: 1500,
+        wire: crate::fabric::WireKind::Ether,
         // A shared machine can starve an agent for seconds; this run measures speed, not how
         // soon a dead peer is detected (the tests do that).
         agent_args: vec!["--peer-timeout-ms".into(), "30000".into()],

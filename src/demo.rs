@@ -31,6 +31,9 @@ pub struct DemoArgs {
     /// Smallest frame (bytes, >= 60).
     #[arg(long, default_value_t = 60)]
     pub min: usize,
+    /// NetPIPE: the agents' encapsulation (raw Ethernet or UDP/IPv4).
+    #[arg(long, value_enum, default_value_t = crate::fabric::WireKind::Ether)]
+    pub wire: crate::fabric::WireKind,
     /// Largest frame (bytes, <= 9000).
     #[arg(long, default_value_t = 9000)]
     pub max: usize,
@@ -280,6 +283,7 @@ fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
         loss: 0,
         dma: false,
         mtu: 1500,
+        wire: a.wire,
         agent_args: Vec::new(),
     };
     let cluster = Cluster::start(&opts)?;

@@ -13,6 +13,34 @@ pub enum FabricKind {
     Memif,
     /// Real Ethernet frames through the kernel: network namespaces joined by veth (af_packet).
     Veth,
+    /// Two subnets joined by a router (a network namespace forwarding IPv4): the nodes
+    /// alternate between them, so frames between neighbours cross the router (--wire udp).
+    Routed,
+}
+
+/// How the agents encapsulate their frames (`tigon agent --wire`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WireKind {
+    /// Raw Ethernet, EtherType 0x88b5: one layer-2 domain.
+    Ether,
+    /// UDP/IPv4: crosses routers and cloud VPCs.
+    Udp,
+}
+
+/// The emulated subnets: node `i` of a routed fabric is on side `i % 2`.
+const SUBNET: [u8; 2] = [1, 2];
+
+/// Node `i`'s `--ip` and `--gateway` with `--wire udp`.
+fn node_ip(fabric: FabricKind, i: usize) -> (String, Option<String>) {
+    if fabric == FabricKind::Routed {
+        let side = SUBNET[i % 2];
+        (
+            format!("10.71.{side}.{}/24", i / 2 + 1),
+            Some(format!("10.71.{side}.254")),
+        )
+    } else {
+        (format!("10.71.1.{}/24", i + 1), None)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -23,6 +51,8 @@ pub struct ClusterOpts {
     pub loss: u32,
     pub dma: bool,
     pub mtu: u16,
+    /// The agents' encapsulation.
+    pub wire: WireKind,
     /// Extra agent options.
     pub agent_args: Vec<String>,
 }
@@ -76,6 +106,10 @@ enum Wire {
 pub struct Cluster {
     pub dir: PathBuf,
     pub nodes: Vec<Node>,
+    /// `tcpdump` writing what crosses the middle of the fabric (`--capture`).
+    capture: Option<Child>,
+    /// The namespace in the middle (bridge or router), where captures are taken.
+    middle: Option<String>,
     wire: Wire,
 }
 
@@ -156,9 +190,17 @@ impl Cluster {
         if o.fabric == FabricKind::Memif && o.nodes > 2 {
             return Err("memif links two nodes; use --fabric veth for more".into());
         }
-        if o.loss > 0 && o.fabric != FabricKind::Veth {
+        if o.loss > 0 && o.fabric == FabricKind::Memif {
             return Err(
-                "--loss needs --fabric veth (loss is injected by nftables on the veth)".into(),
+                "--loss needs --fabric veth or routed (loss is injected by nftables on the veth)"
+                    .into(),
+            );
+        }
+        if o.fabric == FabricKind::Routed && o.wire == WireKind::Ether {
+            return Err(
+                "--fabric routed needs --wire udp: raw Ethernet frames (EtherType \
+                        0x88b5) cannot cross a router"
+                    .into(),
             );
         }
         // What earlier runs that were SIGKILLed left (their owners are gone).
@@ -169,6 +211,8 @@ impl Cluster {
         let mut c = Cluster {
             dir: dir.clone(),
             nodes: Vec::new(),
+            capture: None,
+            middle: None,
             wire: Wire::None,
         };
         let mut ports: Vec<(String, Option<String>)> = Vec::new();
@@ -196,18 +240,38 @@ impl Cluster {
                 }
                 c.wire = Wire::Pair { _pair: pair };
             }
-            FabricKind::Veth => {
+            FabricKind::Veth | FabricKind::Routed => {
                 // The nodes' veths meet on a bridge in a middle namespace, where the loss
                 // rules drop frames entering the bridge. Not in the nodes' own namespaces: a
                 // packet socket (af_packet) receives a frame before the netdev ingress hook
                 // runs, and a frame dropped on egress is sent again from af_packet's transmit
                 // ring, so nothing would be lost. In the middle no packet socket listens.
+                // Routed: two bridges, one per subnet, and the middle namespace routes
+                // between them (its kernel answers ARP for the gateways and forwards).
                 let middle = Netns::new(&format!("tgM{tag}"))?;
                 let m = middle.name().to_string();
                 let mtu = o.mtu.to_string();
-                ip(&["-n", &m, "link", "add", "br0", "type", "bridge"])?;
-                no_ipv6(&m, "br0");
-                ip(&["-n", &m, "link", "set", "br0", "mtu", &mtu, "up"])?;
+                let routed = o.fabric == FabricKind::Routed;
+                let bridges: &[&str] = if routed { &["br0", "br1"] } else { &["br0"] };
+                for (k, br) in bridges.iter().enumerate() {
+                    ip(&["-n", &m, "link", "add", br, "type", "bridge"])?;
+                    no_ipv6(&m, br);
+                    ip(&["-n", &m, "link", "set", br, "mtu", &mtu, "up"])?;
+                    if routed {
+                        let gw = format!("10.71.{}.254/24", SUBNET[k]);
+                        ip(&["-n", &m, "addr", "add", &gw, "dev", br])?;
+                    }
+                }
+                if routed {
+                    run_quiet(Command::new("ip").args([
+                        "netns",
+                        "exec",
+                        &m,
+                        "sysctl",
+                        "-qw",
+                        "net.ipv4.ip_forward=1",
+                    ]))?;
+                }
                 let mut nss = Vec::new();
                 let mut bridge_ports = Vec::new();
                 for i in 0..o.nodes {
@@ -222,7 +286,8 @@ impl Cluster {
                     no_ipv6(&m, &port);
                     no_ipv6(ns.name(), &inner);
                     ip(&["-n", &m, "link", "set", &port, "mtu", &mtu])?;
-                    ip(&["-n", &m, "link", "set", &port, "master", "br0", "up"])?;
+                    let br = bridges[i % bridges.len()];
+                    ip(&["-n", &m, "link", "set", &port, "master", br, "up"])?;
                     ip(&["-n", ns.name(), "link", "set", &inner, "mtu", &mtu, "up"])?;
                     ports.push((af_packet(&inner, o.mtu), Some(ns.name().to_string())));
                     bridge_ports.push(port);
@@ -235,6 +300,7 @@ impl Cluster {
                         .map(|p| Some((m.clone(), p)))
                         .collect();
                 }
+                c.middle = Some(m.clone());
                 c.wire = Wire::Bridge {
                     _nodes: nss,
                     _middle: middle,
@@ -269,6 +335,13 @@ impl Cluster {
                 .arg(&socket);
             if o.dma {
                 cmd.args(["--dma", "dma_skeleton0"]);
+            }
+            if o.wire == WireKind::Udp {
+                let (addr, gw) = node_ip(o.fabric, i);
+                cmd.args(["--wire", "udp", "--ip", &addr]);
+                if let Some(gw) = gw {
+                    cmd.args(["--gateway", &gw]);
+                }
             }
             // The emulated nodes share this machine's cores with the ranks and whatever else
             // runs: an agent starved for seconds is not a dead peer (the agent's default
@@ -346,6 +419,13 @@ impl Cluster {
             .collect()
     }
 
+    /// The processes a job's clean-up must leave running: the agents and the capture.
+    pub fn keep_pids(&self) -> Vec<u32> {
+        let mut p = self.agent_pids();
+        p.extend(self.capture.as_ref().map(Child::id));
+        p
+    }
+
     /// Stops the agents (SIGINT, then SIGKILL after 3 s).
     pub fn stop_agents(&mut self) {
         for n in &mut self.nodes {
@@ -379,8 +459,76 @@ fn af_packet(iface: &str, mtu: u16) -> String {
     }
 }
 
+impl Cluster {
+    /// Starts `tcpdump` in the fabric's middle namespace on the first bridge (with a routed
+    /// fabric: subnet 1's side of the router, which every frame between neighbours crosses),
+    /// writing frame headers (first 256 bytes) to the pcap file `file` until the cluster
+    /// stops.
+    pub fn capture(&mut self, file: &Path) -> Result<(), String> {
+        let Some(m) = &self.middle else {
+            return Err(
+                "--capture needs a bridge or router in the middle: --fabric veth with \
+                        --nodes 3 or more or --loss, or --fabric routed"
+                    .into(),
+            );
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            m,
+            "tcpdump",
+            "-q",
+            "-U",
+            "--immediate-mode",
+            "-s",
+            "256",
+            "-i",
+            "br0",
+            "-w",
+        ])
+        .arg(file);
+        // Gone with the launcher, even a SIGKILLed one.
+        tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("tcpdump: {e} (apt-get install tcpdump)"))?;
+        // tcpdump says "listening on br0" once it captures; frames before that are missed.
+        let mut err = child.stderr.take().expect("piped");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        use std::io::Read;
+        while !String::from_utf8_lossy(&seen).contains("listening on") {
+            match err.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = child.wait();
+                    return Err(format!(
+                        "tcpdump failed: {}",
+                        String::from_utf8_lossy(&seen).trim()
+                    ));
+                }
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        self.capture = Some(child);
+        Ok(())
+    }
+
+    fn stop_capture(&mut self) {
+        if let Some(mut c) = self.capture.take() {
+            // SIGTERM: tcpdump flushes and closes the file.
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        self.stop_capture();
         self.stop_agents();
         // The namespaces, and the veths, bridge and nft tables in them.
         self.wire = Wire::None;

@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a node agent: the engine core serving this node's ranks.
-    Agent(agent::AgentArgs),
+    Agent(Box<agent::AgentArgs>),
     /// Run an MPI program over emulated nodes on this machine, with the tigon MTL.
     Run(run::RunArgs),
     /// Print an agent's counters as JSON.
@@ -69,7 +69,7 @@ fn main() {
     }
     let cli = Cli::parse_from(args);
     let res = match cli.cmd {
-        Cmd::Agent(a) => agent::run(a),
+        Cmd::Agent(a) => agent::run(*a),
         Cmd::Run(a) => match run::run(a) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

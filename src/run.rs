@@ -8,7 +8,7 @@
 //! its group), which then stops the job, reads the agents' counters and stops the agents.
 
 use crate::cli::{parse_mtu, parse_nodes, parse_np, parse_percent};
-use crate::fabric::{Cluster, ClusterOpts, FabricKind, OMPI_COMPONENT_DIR, mtl_dir};
+use crate::fabric::{Cluster, ClusterOpts, FabricKind, OMPI_COMPONENT_DIR, WireKind, mtl_dir};
 use clap::Args;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -23,9 +23,18 @@ pub struct RunArgs {
     /// How the nodes are linked.
     #[arg(long, value_enum, default_value_t = FabricKind::Memif)]
     pub fabric: FabricKind,
-    /// Percent of the frames each node sends that the wire drops, 0 to 100 (veth only).
+    /// The agents' encapsulation: ether (raw Ethernet) or udp (UDP/IPv4, routable)
+    /// [default: udp with --fabric routed, else ether].
+    #[arg(long, value_enum)]
+    pub wire: Option<WireKind>,
+    /// Percent of the frames each node sends that the wire drops, 0 to 100 (veth and routed:
+    /// at the bridge or router ingress).
     #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = parse_percent)]
     pub loss: u32,
+    /// Write the frames crossing the fabric's middle (the bridge, or the router's subnet-1
+    /// side) to this pcap file with tcpdump, for Wireshark (veth with a bridge, or routed).
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<PathBuf>,
     /// Agents offload receive copies to a dmadev (dma_skeleton).
     #[arg(long)]
     pub dma: bool,
@@ -61,6 +70,7 @@ pub struct RunArgs {
 const VALUE_OPTS: &[&str] = &[
     "--nodes",
     "--fabric",
+    "--wire",
     "--loss",
     "--mtu",
     "--np",
@@ -68,6 +78,7 @@ const VALUE_OPTS: &[&str] = &[
     "-np",
     "--mpirun-arg",
     "--agent-arg",
+    "--capture",
 ];
 
 /// mpirun users type `-np N`, clap's short options are one letter: rewrites `-np` among the
@@ -323,9 +334,17 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         loss: a.loss,
         dma: a.dma,
         mtu: a.mtu,
+        wire: a.wire.unwrap_or(if a.fabric == FabricKind::Routed {
+            WireKind::Udp
+        } else {
+            WireKind::Ether
+        }),
         agent_args: a.agent_args.clone(),
     };
-    let cluster = Cluster::start(&opts)?;
+    let mut cluster = Cluster::start(&opts)?;
+    if let Some(f) = &a.capture {
+        cluster.capture(f)?;
+    }
     let mut cmd = mpirun_command(&cluster, a.np, &a.mpirun_args, &a.program)?;
     log::debug!("{cmd:?}");
     // Ctrl-C while the nodes came up: do not start the job.
@@ -335,7 +354,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting mpirun: {e} (install openmpi-bin)"))?;
-    let status = wait_job(&mut child, &cluster.agent_pids())?;
+    let status = wait_job(&mut child, &cluster.keep_pids())?;
     if a.stats {
         for (i, n) in cluster.nodes.iter().enumerate() {
             match tigon_client::agent_stats(&n.socket) {

@@ -221,6 +221,7 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
         loss: a.loss,
         dma: false,
         mtu: 1500,
+        wire: crate::fabric::WireKind::Ether,
         agent_args: Vec::new(),
     })?;
     let bin = compile(&cluster.dir)?;

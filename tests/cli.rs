@@ -139,6 +139,44 @@ fn agent_options_are_checked_before_dpdk() {
     }
     assert_refused(&["agent", "--socket", sock], &["--port is required"]);
     assert!(!std::path::Path::new(sock).exists(), "{sock} was bound");
+    // The UDP/IPv4 wire's options (issue 17).
+    for (args, words) in [
+        (&["--wire", "ip"][..], &["--wire ip", "udp"][..]),
+        (&["--wire", "udp"][..], &["--wire udp needs --ip"][..]),
+        (
+            &["--wire", "udp", "--ip", "10.1.0.5/33"][..],
+            &["--ip 10.1.0.5/33", "prefix"][..],
+        ),
+        (
+            &["--wire", "udp", "--ip", "10.1.0/24"][..],
+            &["--ip 10.1.0/24", "IPv4"][..],
+        ),
+        (
+            &["--wire", "udp", "--ip", "224.0.0.1/24"][..],
+            &["unicast"][..],
+        ),
+        (
+            &[
+                "--wire",
+                "udp",
+                "--ip",
+                "10.1.0.5/24",
+                "--gateway",
+                "10.2.0.1",
+            ][..],
+            &["--gateway 10.2.0.1", "subnet"][..],
+        ),
+        (
+            &["--wire", "udp", "--ip", "10.1.0.5/24", "--udp-port", "0"][..],
+            &["--udp-port 0"][..],
+        ),
+        (
+            &["--ip", "10.1.0.5/24"][..],
+            &["--ip applies to --wire udp only"][..],
+        ),
+    ] {
+        assert_refused(&[&["agent"][..], args, &port].concat(), words);
+    }
 }
 
 #[test]

@@ -503,3 +503,149 @@ fn sigint_tears_down() {
         "ranks {ranks:?} still run"
     );
 }
+
+/// The value at JSON pointer `ptr` of every agent's stats, summed.
+fn sum_stats(e: &Ended, ptr: &str) -> u64 {
+    e.stats().iter().map(|s| num(s, ptr)).sum()
+}
+
+/// Issue 17: `--wire udp` over memif and veth, and `--fabric routed` (two subnets, a router
+/// namespace) with 20 % loss at the router's ingress; what crossed the router is captured and
+/// read back by tcpdump and by Wireshark's dissectors (tshark): well-formed UDP/IPv4, DF set.
+#[test]
+fn udp_wire_memif_veth_and_routed_with_loss() {
+    for fabric in ["memif", "veth"] {
+        let prog = program("p2p_basic");
+        let e = tigon_run(
+            &[
+                "--fabric",
+                fabric,
+                "--wire",
+                "udp",
+                "--stats",
+                "-np",
+                "2",
+                "--",
+                prog.to_str().unwrap(),
+            ],
+            JOB,
+        );
+        e.assert_ok("p2p_basic");
+        assert_traffic(&e, 2);
+        assert!(sum_stats(&e, "/link/udp/arp_learned") >= 2, "{}", e.text());
+        assert_eq!(sum_stats(&e, "/link/udp/bad"), 0, "{}", e.text());
+        assert_clean(&e);
+    }
+    let e = tigon_run(
+        &["--fabric", "routed", "--wire", "ether", "--", "true"],
+        JOB,
+    );
+    assert!(
+        e.status == Some(2) || e.status == Some(1),
+        "raw Ethernet over a router must be refused: {}",
+        e.text()
+    );
+    assert!(e.stderr.contains("needs --wire udp"), "{}", e.text());
+    let dir = std::env::temp_dir().join(format!("tigon-udp-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The capture is taken of the short job only (a few thousand frames).
+    for (name, args, capture) in [
+        ("sizes", &[][..], false),
+        ("stress", &["5"][..], false),
+        ("p2p_basic", &[][..], true),
+    ] {
+        let prog = program(name);
+        let cap = dir.join(format!("{name}.pcap"));
+        let mut a = vec!["--fabric", "routed", "--loss", "20", "--stats", "-np", "2"];
+        if capture {
+            a.extend(["--capture", cap.to_str().unwrap()]);
+        }
+        a.extend(["--", prog.to_str().unwrap()]);
+        a.extend_from_slice(args);
+        let e = tigon_run(&a, JOB);
+        if name == "stress" {
+            // Its last line per rank: `stress rank R: sent S received R bad B`.
+            let done = e
+                .stdout
+                .lines()
+                .filter(|l| l.contains(": sent ") && !l.contains(" s: "))
+                .collect::<Vec<_>>();
+            assert!(
+                e.status == Some(0)
+                    && done.len() == 2
+                    && done.iter().all(|l| l.ends_with(" bad 0")),
+                "stress: {}",
+                e.text()
+            );
+        } else {
+            e.assert_ok(name);
+        }
+        assert_traffic(&e, 2);
+        assert!(e.dropped() > 0, "the router dropped nothing: {}", e.text());
+        assert!(sum_stats(&e, "/retransmits") > 0, "{}", e.text());
+        // Each agent resolved its gateway by ARP.
+        for s in e.stats() {
+            assert!(num(&s, "/link/udp/arp_learned") >= 1, "{s}");
+        }
+        assert_clean(&e);
+        if !capture {
+            continue;
+        }
+        let out = Command::new("tcpdump")
+            .args(["-r"])
+            .arg(&cap)
+            .args(["-n", "-vv"])
+            .output()
+            .expect("tcpdump (scripts/setup.sh installs it)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let udp = text
+            .lines()
+            .filter(|l| l.contains("proto UDP (17)"))
+            .count();
+        assert!(
+            out.status.success() && udp > 10,
+            "tcpdump -r: {udp} UDP packets\n{text:.2000}"
+        );
+        assert!(
+            text.lines()
+                .filter(|l| l.contains("proto UDP"))
+                .all(|l| l.contains("flags [DF]")),
+            "DF on every datagram"
+        );
+        assert!(text.contains(".7470: "), "to the tigon port");
+        for bad in ["bad cksum", "bad udp cksum", "truncated", "[|"] {
+            assert!(!text.contains(bad), "tcpdump found `{bad}`:\n{text:.3000}");
+        }
+        let shark = |filter: &str| -> usize {
+            let o = Command::new("tshark")
+                .args([
+                    "-n",
+                    "-o",
+                    "ip.check_checksum:TRUE",
+                    "-o",
+                    "udp.check_checksum:TRUE",
+                    "-r",
+                ])
+                .arg(&cap)
+                .args(["-Y", filter])
+                .output()
+                .expect("tshark (scripts/setup.sh installs it)");
+            assert!(
+                o.status.success(),
+                "tshark: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            String::from_utf8_lossy(&o.stdout).lines().count()
+        };
+        assert!(
+            shark("udp.dstport == 7470 && ip.flags.df == 1") > 10,
+            "tshark sees tigon's UDP"
+        );
+        assert_eq!(
+            shark("_ws.malformed || _ws.expert.severity == error"),
+            0,
+            "Wireshark finds errors"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -73,6 +73,7 @@ impl Client {
         Ok(Client::new(
             Inner::new(ch, bell, sock),
             addr,
+            address,
             eager_limit,
             agent_pid,
         ))

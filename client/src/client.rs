@@ -14,6 +14,7 @@ use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
 pub struct Client {
     inner: Mutex<Inner>,
     addr: EndpointAddr,
+    addr_text: String,
     eager_limit: u64,
     data_size: u64,
     agent_pid: i32,
@@ -26,6 +27,7 @@ impl Client {
     pub(crate) fn new(
         inner: Inner,
         addr: EndpointAddr,
+        addr_text: String,
         eager_limit: u64,
         agent_pid: i32,
     ) -> Client {
@@ -34,15 +36,21 @@ impl Client {
             data_size: inner.ch.geo.data_size as u64,
             inner: Mutex::new(inner),
             addr,
+            addr_text,
             eager_limit,
             agent_pid,
             waiter,
         }
     }
 
-    /// This endpoint's address (text form for the modex: `addr().to_string()`).
+    /// This endpoint's address.
     pub fn addr(&self) -> EndpointAddr {
         self.addr
+    }
+    /// This endpoint's address as the agent wrote it, for the modex: `MAC/ID` with raw
+    /// Ethernet, `udp:IP:PORT/ID` with `--wire udp`.
+    pub fn addr_text(&self) -> &str {
+        &self.addr_text
     }
     /// Largest payload that fits a channel data buffer.
     pub fn data_size(&self) -> u64 {

@@ -156,7 +156,7 @@ unsafe extern "C" fn component_init(
         // MPI_Init with the reason printed at query time.
         return module::module_ptr();
     };
-    let addr = CString::new(m.client.addr().to_string()).expect("no NUL in an address");
+    let addr = CString::new(m.client.addr_text()).expect("no NUL in an address");
     let bytes = addr.as_bytes();
     // SAFETY: `bytes` is valid for its length during the call; the modex copies it.
     let rc = unsafe { ffi::tigon_modex_send(bytes.as_ptr().cast(), bytes.len()) };

@@ -8,6 +8,7 @@ use crate::report::{self, c_str};
 use std::os::raw::c_int;
 use std::sync::Mutex;
 use tigon_engine::EndpointAddr;
+use tigon_engine::addr::text_wire;
 
 /// What the MTL keeps per peer process.
 pub struct Endpoint {
@@ -39,7 +40,18 @@ fn lookup(p: *mut ompi_proc_t) -> Result<EndpointAddr, String> {
     // SAFETY: `data` was allocated by the modex with malloc and is ours to free.
     unsafe { libc::free(data) };
     let text = String::from_utf8_lossy(&bytes);
-    text.trim_end_matches('\0').parse::<EndpointAddr>()
+    let text = text.trim_end_matches('\0');
+    // Agents of one job must agree on the encapsulation: say so now, not by a timeout later.
+    if let Some(m) = crate::state::mtl() {
+        let (ours, theirs) = (text_wire(m.client.addr_text()), text_wire(text));
+        if ours != theirs {
+            return Err(format!(
+                "its tigon agent runs --wire {theirs} ({text}), this process's runs --wire \
+                 {ours}: every agent of a job must use the same --wire"
+            ));
+        }
+    }
+    text.parse::<EndpointAddr>()
 }
 
 fn add_one(p: *mut ompi_proc_t) -> c_int {

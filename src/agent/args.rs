@@ -2,10 +2,12 @@
 
 use clap::Args;
 use serde::Deserialize;
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 use tigon_engine::Config;
 use tigon_engine::channel::Geometry;
+use tigon_engine::net::encap::UdpConfig;
 
 #[derive(Args, Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -69,6 +71,23 @@ pub struct AgentArgs {
     /// link checks frames itself (Ethernet's FCS; memif and veth are memory)].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub payload_checksum: Option<bool>,
+    /// Encapsulation: `ether` (raw Ethernet, EtherType 0x88b5: one layer-2 domain) or `udp`
+    /// (UDP/IPv4: crosses routers and cloud VPCs; needs --ip). Every agent of a job must use
+    /// the same [default: ether].
+    #[arg(long)]
+    pub wire: Option<String>,
+    /// With `--wire udp`: this agent's IPv4 address and prefix, e.g. 10.1.0.5/24 [default:
+    /// none; required with --wire udp].
+    #[arg(long)]
+    pub ip: Option<String>,
+    /// With `--wire udp`: the router for peers outside the --ip subnet [default: none, such
+    /// peers are unreachable].
+    #[arg(long)]
+    pub gateway: Option<String>,
+    /// With `--wire udp`: the UDP port of every agent of the cluster, 1 to 65535 (open it in
+    /// firewalls and security groups) [default: 7470].
+    #[arg(long)]
+    pub udp_port: Option<u16>,
     /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1) [default: off].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_huge: Option<bool>,
@@ -111,6 +130,10 @@ impl AgentArgs {
             cpu_latency,
             nice,
             payload_checksum,
+            wire,
+            ip,
+            gateway,
+            udp_port,
             no_huge,
             eal
         );
@@ -132,6 +155,8 @@ pub struct Settings {
     pub allow_uids: Vec<u32>,
     pub no_huge: bool,
     pub engine: Config,
+    /// `--wire udp`: the agent's place on the IP network (None: raw Ethernet).
+    pub udp: Option<UdpConfig>,
     /// Of every client's channel.
     pub geometry: Geometry,
     /// Payloads the dmadev copies (if there is one) are at least this long.
@@ -151,6 +176,72 @@ impl Settings {
     pub fn max_frame(&self) -> usize {
         self.mtu as usize + 14
     }
+}
+
+/// The UDP/IPv4 settings of `--wire udp` (None with `--wire ether`), checked.
+fn udp_settings(a: &AgentArgs) -> Result<Option<UdpConfig>, String> {
+    let udp_only = |opt: &str| {
+        Err(format!(
+            "--{opt} applies to --wire udp only (this agent runs --wire ether: raw Ethernet)"
+        ))
+    };
+    match a.wire.as_deref().unwrap_or("ether") {
+        "ether" => {
+            return match (&a.ip, &a.gateway, a.udp_port) {
+                (Some(_), ..) => udp_only("ip"),
+                (_, Some(_), _) => udp_only("gateway"),
+                (.., Some(_)) => udp_only("udp-port"),
+                _ => Ok(None),
+            };
+        }
+        "udp" => {}
+        o => {
+            return bad(
+                "wire",
+                o,
+                "use ether (raw Ethernet, one layer-2 domain) or udp (UDP/IPv4, routable)",
+            );
+        }
+    }
+    let Some(ip) = a.ip.as_deref() else {
+        return Err(
+            "--wire udp needs --ip: this agent's IPv4 address and prefix, e.g. \
+                    --ip 10.1.0.5/24"
+                .into(),
+        );
+    };
+    let (addr, prefix) = ip.split_once('/').unwrap_or((ip, "32"));
+    let addr: Ipv4Addr = addr
+        .parse()
+        .or_else(|_| bad("ip", ip, "an IPv4 address and prefix, e.g. 10.1.0.5/24"))?;
+    let prefix: u8 = match prefix.parse() {
+        Ok(p) if p <= 32 => p,
+        _ => return bad("ip", ip, "a prefix length of 0 to 32 after the /, e.g. /24"),
+    };
+    if addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast() {
+        return bad("ip", ip, "a unicast address of this node");
+    }
+    let port = a.udp_port.unwrap_or(tigon_engine::net::DEFAULT_PORT);
+    if port == 0 {
+        return bad("udp-port", 0, "use 1 to 65535");
+    }
+    let mut c = UdpConfig::new(addr, prefix, tigon_engine::MacAddr::default());
+    c.port = port;
+    if let Some(g) = a.gateway.as_deref() {
+        let g: Ipv4Addr = g
+            .parse()
+            .or_else(|_| bad("gateway", g, "an IPv4 address on the --ip subnet"))?;
+        let probe = UdpConfig { gateway: None, ..c };
+        if probe.next_hop(g).is_none() {
+            return bad(
+                "gateway",
+                g,
+                &format!("an address on this agent's subnet ({ip}): the router's"),
+            );
+        }
+        c.gateway = Some(g);
+    }
+    Ok(Some(c))
 }
 
 /// Below this many bytes a CPU copy beats a dmadev round trip (see `tigon bench dma`).
@@ -314,6 +405,11 @@ impl AgentArgs {
             cfg.peer_timeout_ns =
                 in_range("peer-timeout-ms", ms, 100, 3_600_000, " ms")? * 1_000_000;
         }
+        let udp = udp_settings(a)?;
+        if udp.is_some() {
+            // The engine's frames travel behind IPv4 and UDP headers: the MTU must hold both.
+            cfg.max_frame -= tigon_engine::net::UDP_OVERHEAD;
+        }
         cfg.validate()?;
         let idle_spin = in_range(
             "idle-spin-us",
@@ -354,6 +450,7 @@ impl AgentArgs {
             allow_uids: allow,
             no_huge,
             engine: cfg,
+            udp,
             geometry,
             dma_threshold,
             idle_spin: Duration::from_micros(idle_spin),

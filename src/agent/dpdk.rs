@@ -5,8 +5,8 @@
 use super::args::{AgentArgs, Settings};
 use super::link::PortLink;
 use std::path::Path;
-use tigon_engine::MacAddr;
 use tigon_engine::channel::Channel;
+use tigon_engine::{Link, MacAddr};
 use tigon_pmd::{
     DEFAULT_DATA_ROOM, DmaDev, Eal, ExtMem, Hugepages, IovaMode, JUMBO_DATA_ROOM, Mempool, Port,
     PortConfig,
@@ -36,7 +36,15 @@ pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
         Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
         None => None,
     };
-    let link = PortLink::new(port, tx_pool, mac, s.max_frame());
+    let mut link = PortLink::new(port, tx_pool, mac, s.max_frame());
+    if let Some(mut udp) = s.udp {
+        // The UDP checksum covers payloads: computed where the engine's payload checksum
+        // would be (links without a frame check, or --payload-checksum), else 0 ("none").
+        udp.udp_checksum = s.engine.payload_checksum.unwrap_or(!link.frame_check());
+        link = link.with_udp(udp);
+    }
+    // The engine's name for this node: the MAC, or with --wire udp its IP address and port.
+    let mac = link.node_addr();
     Ok(Dataplane {
         eal,
         link,

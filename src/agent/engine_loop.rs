@@ -14,8 +14,8 @@ use super::stats::{self, LoopGaps};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
-use tigon_engine::Engine;
 use tigon_engine::channel::STATE_SHUTDOWN;
+use tigon_engine::{Engine, Link};
 use tigon_pmd::Eal;
 use tigon_shm::wake::EventFd;
 
@@ -44,7 +44,7 @@ pub fn run(a: &AgentArgs, s: &Settings, control: ToControl<'_>) -> Result<(), St
         );
     }
     let copy = AgentCopy::new(dp.dma, dma_threshold);
-    let eng = Engine::new(s.engine.clone(), dp.mac, s.max_frame(), copy)?;
+    let eng = Engine::new(s.engine.clone(), dp.mac, dp.link.max_frame(), copy)?;
     log::info!(
         "tigon agent: port {} ({}), mtu {}, lcore {}, socket {}, dma {}, idle {}",
         s.devargs,
@@ -201,7 +201,7 @@ impl EngineLoop<'_> {
                     let r = self
                         .served
                         .attach(&mut self.eng, ch, pid, ext)
-                        .map(|(client, addr)| (client, addr.to_string()));
+                        .map(|(client, addr)| (client, self.link.addr_text(addr)));
                     let _ = reply.send(r);
                 }
                 Cmd::Detach { client } => self.served.detach(&mut self.eng, client),

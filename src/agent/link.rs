@@ -2,6 +2,11 @@
 //! of this node (they never touch the wire).
 
 use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::time::Instant;
+use tigon_engine::net::UDP_OVERHEAD;
+use tigon_engine::net::encap::{EncapStats, Rx, Tx, UdpConfig, UdpEncap};
+use tigon_engine::wire::MIN_FRAME;
 use tigon_engine::{Link, MacAddr};
 use tigon_pmd::{Mbuf, Mempool, Port};
 
@@ -44,6 +49,41 @@ pub struct LinkStats {
     pub loopback_frames: u64,
     pub rx_chained: u64,
     pub tx_alloc_failures: u64,
+    /// `--wire udp`: the encapsulation's counters (ARP, ICMP, packets not ours or bad).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpStats>,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct UdpStats {
+    pub arp_requests_sent: u64,
+    pub arp_replies_sent: u64,
+    pub arp_learned: u64,
+    pub icmp_echo_replies: u64,
+    pub not_ours: u64,
+    pub bad: u64,
+    /// Frames dropped because the next hop did not answer ARP, or there was no route.
+    pub unresolved_drops: u64,
+    /// Raw-Ethernet tigon frames received: a peer runs `--wire ether`.
+    pub wire_mismatch: u64,
+}
+
+/// Frames held while their next hop is resolved, at most.
+const HELD_MAX: usize = 256;
+
+/// `--wire udp`: the encapsulation and the frames waiting for a next hop's address.
+struct Udp {
+    encap: UdpEncap,
+    held: VecDeque<(Ipv4Addr, u64, Mbuf)>,
+    epoch: Instant,
+    unresolved_drops: u64,
+    wire_mismatch: u64,
+}
+
+impl Udp {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
 }
 
 pub struct PortLink {
@@ -54,6 +94,7 @@ pub struct PortLink {
     loopback: VecDeque<RxFrame>,
     rx: Vec<Mbuf>,
     tx: Vec<Mbuf>,
+    udp: Option<Udp>,
     pub stats: LinkStats,
 }
 
@@ -67,7 +108,178 @@ impl PortLink {
             loopback: VecDeque::new(),
             rx: Vec::new(),
             tx: Vec::new(),
+            udp: None,
             stats: LinkStats::default(),
+        }
+    }
+
+    /// Puts the engine's frames in UDP/IPv4 (`--wire udp`): the engine's node address becomes
+    /// the IP address and port, and a gratuitous ARP announces this node.
+    pub fn with_udp(mut self, mut cfg: UdpConfig) -> Self {
+        cfg.mac = self.mac;
+        let mut u = Udp {
+            encap: UdpEncap::new(cfg),
+            held: VecDeque::new(),
+            epoch: Instant::now(),
+            unresolved_drops: 0,
+            wire_mismatch: 0,
+        };
+        if let Some(mut m) = self.small_frame() {
+            let b = m.data_mut().expect("fresh tx mbuf is unique");
+            u.encap.gratuitous_arp(b);
+            self.tx.push(m);
+        }
+        self.udp = Some(u);
+        self.max_frame -= UDP_OVERHEAD;
+        self.port.tx_burst(0, &mut self.tx);
+        self
+    }
+
+    /// The engine's name for this node: the port's MAC, or with `--wire udp` IP + port.
+    pub fn node_addr(&self) -> MacAddr {
+        self.udp.as_ref().map_or(self.mac, |u| u.encap.node_id())
+    }
+
+    /// An endpoint's address as the modex carries it: `MAC/ID`, or `udp:IP:PORT/ID`.
+    pub fn addr_text(&self, a: tigon_engine::EndpointAddr) -> String {
+        match self.udp {
+            Some(_) => tigon_engine::addr::udp_text(a),
+            None => a.to_string(),
+        }
+    }
+
+    /// The link's counters, with `--wire udp`'s.
+    pub fn stats(&self) -> LinkStats {
+        let mut out = self.stats.clone();
+        if let Some(u) = &self.udp {
+            let EncapStats {
+                arp_requests_sent,
+                arp_replies_sent,
+                arp_learned,
+                icmp_echo_replies,
+                not_ours,
+                bad,
+                unroutable,
+            } = u.encap.stats;
+            out.udp = Some(UdpStats {
+                arp_requests_sent,
+                arp_replies_sent,
+                arp_learned,
+                icmp_echo_replies,
+                not_ours,
+                bad,
+                unresolved_drops: u.unresolved_drops + unroutable,
+                wire_mismatch: u.wire_mismatch,
+            });
+        }
+        out
+    }
+
+    fn small_frame(&mut self) -> Option<Mbuf> {
+        let mut m = self.pool.alloc().ok()?;
+        m.append(MIN_FRAME as u16).ok()?;
+        Some(m)
+    }
+
+    /// A received frame under `--wire udp`: the engine's part of it, an answer sent back, or
+    /// nothing.
+    fn decap(&mut self, mut m: Mbuf) -> Option<Mbuf> {
+        let u = self.udp.as_mut()?;
+        let now = u.now();
+        let Ok(data) = m.data_mut() else {
+            return None;
+        };
+        if data.get(12..14) == Some(&tigon_engine::wire::ETHERTYPE.to_be_bytes()[..]) {
+            if u.wire_mismatch == 0 {
+                log::warn!(
+                    "a raw-Ethernet tigon frame arrived from {}: this agent runs --wire udp; \
+                     every agent of a job must use the same --wire",
+                    MacAddr(data[6..12].try_into().expect("6 bytes"))
+                );
+            }
+            u.wire_mismatch += 1;
+            return None;
+        }
+        let len = data.len();
+        match u.encap.decap(data, now) {
+            Rx::Tigon(r) => {
+                m.adj(r.start as u16).ok()?;
+                m.trim((len - r.end) as u16).ok()?;
+                Some(m)
+            }
+            Rx::Reply(n) => {
+                if m.trim((len - n) as u16).is_ok() {
+                    self.tx.push(m);
+                }
+                None
+            }
+            Rx::Done | Rx::Bad => None,
+        }
+    }
+
+    /// Encapsulates the engine's frame `m` for the wire: queued to send, held until its next
+    /// hop answers ARP, or dropped.
+    fn encap(&mut self, mut m: Mbuf) {
+        let Some(u) = self.udp.as_mut() else {
+            self.tx.push(m);
+            return;
+        };
+        let now = u.now();
+        // The headers go in the mbuf's headroom: the engine's frame is not moved.
+        if m.prepend(UDP_OVERHEAD as u16).is_err() {
+            u.unresolved_drops += 1;
+            return;
+        }
+        let Ok(b) = m.data_mut() else {
+            u.unresolved_drops += 1;
+            return;
+        };
+        match u.encap.encap(b, now) {
+            Tx::Send => self.tx.push(m),
+            Tx::Unresolved { next_hop, request } => {
+                if u.held.len() < HELD_MAX {
+                    u.held.push_back((next_hop, now, m));
+                } else {
+                    u.unresolved_drops += 1;
+                }
+                if request && let Some(mut a) = self.small_frame() {
+                    let u = self.udp.as_mut().expect("udp");
+                    u.encap
+                        .arp_request(next_hop, a.data_mut().expect("fresh tx mbuf is unique"));
+                    self.tx.push(a);
+                }
+            }
+            Tx::Unroutable => u.unresolved_drops += 1,
+        }
+    }
+
+    /// Frames whose next hop is now known go out; those waiting past two ARP retries are
+    /// dropped (the engine resends, and fails the peer if it stays silent).
+    fn release_held(&mut self) {
+        let Some(u) = self.udp.as_mut() else {
+            return;
+        };
+        if u.held.is_empty() {
+            return;
+        }
+        let now = u.now();
+        let give_up = 2 * u.encap.config().arp_retry_ns + 1;
+        for _ in 0..u.held.len() {
+            let Some((hop, since, mut m)) = u.held.pop_front() else {
+                break;
+            };
+            if u.encap.neighbour(hop, now).is_some() {
+                // Its headroom was claimed when it was held; the headers are written now.
+                let b = m.data_mut().expect("held tx mbuf is unique");
+                match u.encap.encap(b, now) {
+                    Tx::Send => self.tx.push(m),
+                    _ => u.unresolved_drops += 1,
+                }
+            } else if now.saturating_sub(since) > give_up {
+                u.unresolved_drops += 1;
+            } else {
+                u.held.push_back((hop, since, m));
+            }
         }
     }
 }
@@ -87,12 +299,30 @@ impl Link for PortLink {
             }
         }
         self.port.rx_burst(0, &mut self.rx, max);
-        for m in self.rx.drain(..) {
-            if m.nb_segs() == 1 {
-                out.push(RxFrame::Mbuf(m));
-            } else {
+        let mut rx = std::mem::take(&mut self.rx);
+        for m in rx.drain(..) {
+            if m.nb_segs() != 1 {
+                // Chained frames are rare (a jumbo frame in small buffers): gathered, then
+                // (with --wire udp) dropped, the engine resends.
                 self.stats.rx_chained += 1;
-                out.push(RxFrame::Flat(m.to_vec()));
+                if self.udp.is_none() {
+                    out.push(RxFrame::Flat(m.to_vec()));
+                }
+                continue;
+            }
+            if self.udp.is_none() {
+                out.push(RxFrame::Mbuf(m));
+            } else if let Some(m) = self.decap(m) {
+                out.push(RxFrame::Mbuf(m));
+            }
+        }
+        self.rx = rx;
+        if self.udp.is_some() {
+            // ARP replies may have resolved held frames; answers (ARP, ping) go out now.
+            self.release_held();
+            if !self.tx.is_empty() {
+                // What the driver does not take waits in `tx` for the next burst.
+                self.port.tx_burst(0, &mut self.tx);
             }
         }
     }
@@ -116,10 +346,11 @@ impl Link for PortLink {
     }
 
     fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) {
+        self.release_held();
         let mut refused = Vec::new();
         for f in frames.drain(..) {
-            if f.0.data().get(..6) != Some(&self.mac.0[..]) {
-                self.tx.push(f.0);
+            if f.0.data().get(..6) != Some(&self.node_addr().0[..]) {
+                self.encap(f.0);
             } else if self.loopback.len() < LOOPBACK_RING && refused.is_empty() {
                 self.stats.loopback_frames += 1;
                 self.loopback.push_back(RxFrame::Mbuf(f.0));
@@ -130,9 +361,12 @@ impl Link for PortLink {
             }
         }
         self.port.tx_burst(0, &mut self.tx);
-        // What the driver did not take waits for the next burst, in order.
+        // What the driver did not take waits for the next burst, in order: back in the
+        // engine's queue, or with --wire udp (already encapsulated) in ours.
         frames.extend(refused);
-        frames.extend(self.tx.drain(..).map(TxFrame));
+        if self.udp.is_none() {
+            frames.extend(self.tx.drain(..).map(TxFrame));
+        }
     }
 
     fn max_frame(&self) -> usize {
@@ -140,6 +374,6 @@ impl Link for PortLink {
     }
 
     fn mac(&self) -> MacAddr {
-        self.mac
+        self.node_addr()
     }
 }

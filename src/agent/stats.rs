@@ -73,7 +73,7 @@ pub fn json(
             "granted_bytes": eng.credit_granted_bytes(),
         },
         "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts, "version_mismatch": s.peer_version_mismatch },
-        "link": link.stats,
+        "link": link.stats(),
         "engine_loop": gaps,
         "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
     })
