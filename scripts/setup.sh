@@ -27,7 +27,7 @@ PACKAGES=(dpdk dpdk-dev libdpdk-dev openmpi-bin libopenmpi-dev clang libclang-de
     python3-yaml python3-jsonschema
     # tests/udp_wire.rs: a capture of the routed fabric, read back by tcpdump and by
     # Wireshark's dissectors (tshark)
-    tcpdump tshark
+    tcpdump tshark iputils-ping
     # text in the PNG plots of `tigon bench mpi`
     fonts-dejavu-core)
 missing=()

@@ -110,6 +110,8 @@ pub struct Cluster {
     capture: Option<Child>,
     /// The namespace in the middle (bridge or router), where captures are taken.
     middle: Option<String>,
+    /// A router (an address on each bridge) in the middle.
+    routed: bool,
     wire: Wire,
 }
 
@@ -213,6 +215,7 @@ impl Cluster {
             nodes: Vec::new(),
             capture: None,
             middle: None,
+            routed: o.fabric == FabricKind::Routed,
             wire: Wire::None,
         };
         let mut ports: Vec<(String, Option<String>)> = Vec::new();
@@ -511,6 +514,32 @@ impl Cluster {
                     ));
                 }
                 Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        // "listening on" comes a moment before frames reach the file. With a router (an
+        // address on br0), nudge it until a frame of our own shows up: an ARP request for an
+        // address nobody holds (it stays in the capture, harmless). On a bare bridge, wait.
+        let routed = self.routed;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let pcap_header = 24;
+        while Instant::now() < deadline {
+            if !routed {
+                std::thread::sleep(Duration::from_millis(500));
+                break;
+            }
+            let _ = Command::new("ip")
+                .args(["netns", "exec", m, "ping", "-c1", "-W1", "-w1", "-I", "br0"])
+                .arg(format!("10.71.{}.253", SUBNET[0]))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map(|mut p| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let _ = p.kill();
+                    let _ = p.wait();
+                });
+            if std::fs::metadata(file).is_ok_and(|md| md.len() > pcap_header) {
+                break;
             }
         }
         self.capture = Some(child);
