@@ -269,3 +269,36 @@ fn netpipe_integrity() {
         r.text()
     );
 }
+
+/// Issue 17: ranks whose agents both run `--wire udp` talk through UDP/IPv4 on memif; agents
+/// that disagree on the wire fail MPI_Init with both encapsulations named, at once (not by a
+/// peer timeout).
+#[test]
+fn wire_udp_and_a_wire_mismatch() {
+    let prog = program("p2p_basic");
+    let udp = |ip: &'static str| -> [&'static str; 4] { ["--wire", "udp", "--ip", ip] };
+    let (a, b) = (udp("10.71.1.1/24"), udp("10.71.1.2/24"));
+    let agents = Agents::start_args("wire-udp", 30_000, [&a, &b]);
+    let r = Mpirun::new(2, &agents).run(&prog);
+    r.assert_ok("p2p_basic");
+    for i in 0..2 {
+        let s = agents.stats(i);
+        assert!(
+            s["link"]["udp"]["arp_learned"].as_u64().unwrap_or(0) >= 1,
+            "agent {i}: {s}"
+        );
+    }
+    drop(agents);
+    let agents = Agents::start_args("wire-mismatch", 30_000, [&a, &[]]);
+    let mut m = Mpirun::new(2, &agents);
+    m.timeout = Duration::from_secs(60);
+    let r = m.run(&prog);
+    let text = r.text();
+    assert!(r.status != Some(0), "the job must fail: {text}");
+    assert!(
+        text.contains("runs --wire udp")
+            && text.contains("runs --wire ether")
+            && text.contains("same --wire"),
+        "{text}"
+    );
+}

@@ -145,6 +145,11 @@ impl Agents {
 
     /// Agents that declare a silent peer unreachable after `peer_timeout_ms`.
     pub fn start_with(name: &str, peer_timeout_ms: u64) -> Agents {
+        Agents::start_args(name, peer_timeout_ms, [&[], &[]])
+    }
+
+    /// Agents with extra options each (the server's first).
+    pub fn start_args(name: &str, peer_timeout_ms: u64, extra: [&[&str]; 2]) -> Agents {
         let dir = std::env::temp_dir().join(format!("tigon-mtl-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("mkdir");
@@ -171,6 +176,7 @@ impl Agents {
                 .args(["--peer-timeout-ms", &peer_timeout_ms.to_string()])
                 .arg("--socket")
                 .arg(&sock)
+                .args(extra[i])
                 .env("RUST_LOG", "warn")
                 .stdout(log.try_clone().expect("dup"))
                 .stderr(log)
