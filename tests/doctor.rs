@@ -434,6 +434,7 @@ fn config_the_agent_refuses_fails_the_check() {
             serde_json::json!(0),
             "--peer-timeout-ms 0",
         ),
+        ("wire", serde_json::json!("udp"), "--wire udp needs --ip"),
     ] {
         let mut cfg: Value =
             serde_json::from_str(&std::fs::read_to_string(&node.config).expect("read config"))
@@ -467,7 +468,34 @@ fn config_the_agent_refuses_fails_the_check() {
     let r = doctor(&node.args(&node.mtl, &[]), &[]);
     let c = r.get("config");
     assert!(
-        c.status == "ok" && c.summary.contains("the agent accepts it"),
+        c.status == "ok"
+            && c.summary.contains("the agent accepts it")
+            && c.summary.contains("wire ether"),
+        "{r}"
+    );
+    // And a --wire udp configuration, with what the agent will be on the IP network.
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&node.config).expect("read config"))
+            .expect("json");
+    cfg["wire"] = "udp".into();
+    cfg["ip"] = "10.1.3.21/24".into();
+    cfg["gateway"] = "10.1.3.1".into();
+    let udp = node.dir.join("udp.json");
+    std::fs::write(&udp, cfg.to_string()).expect("write config");
+    let r = doctor(
+        &[
+            "--config",
+            udp.to_str().unwrap(),
+            "--mtl-dir",
+            node.mtl.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let c = r.get("config");
+    assert!(
+        c.status == "ok"
+            && c.summary
+                .contains("wire udp 10.1.3.21/24 port 7470 via 10.1.3.1"),
         "{r}"
     );
 }

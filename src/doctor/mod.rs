@@ -200,11 +200,21 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
                     Ok(s) => Check::ok(
                         "config",
                         format!(
-                            "{} parsed; the agent accepts it (port {}, lcore {}, mtu {})",
+                            "{} parsed; the agent accepts it (port {}, lcore {}, mtu {}, wire {})",
                             p.display(),
                             s.devargs,
                             s.lcore,
-                            s.mtu
+                            s.mtu,
+                            match &s.udp {
+                                Some(u) => format!(
+                                    "udp {}/{} port {}{}",
+                                    u.ip,
+                                    u.prefix,
+                                    u.port,
+                                    u.gateway.map(|g| format!(" via {g}")).unwrap_or_default()
+                                ),
+                                None => "ether".into(),
+                            }
                         ),
                     ),
                     Err(e) => Check::fail(
