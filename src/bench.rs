@@ -331,7 +331,7 @@ fn run_tigon(
         fabric,
         loss: 0,
         dma: false,
-        mtu: 1500,
+        mtu: 9000,
         wire: crate::fabric::WireKind::Ether,
         // A shared machine can starve an agent for seconds; this run measures speed, not how
         // soon a dead peer is detected (the tests do that).

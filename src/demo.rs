@@ -282,7 +282,7 @@ fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
         fabric: a.fabric,
         loss: 0,
         dma: false,
-        mtu: 1500,
+        mtu: 9000,
         wire: a.wire,
         agent_args: Vec::new(),
     };

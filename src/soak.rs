@@ -220,7 +220,7 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
         fabric: FabricKind::Veth,
         loss: a.loss,
         dma: false,
-        mtu: 1500,
+        mtu: 9000,
         wire: crate::fabric::WireKind::Ether,
         agent_args: Vec::new(),
     })?;
