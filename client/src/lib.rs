@@ -29,6 +29,7 @@ pub use client::Client;
 pub use error::{Error, Result};
 pub use ops::{Done, Notified, RecvInto, Req, Status};
 use std::path::PathBuf;
+pub use wait::set_wait_policy;
 
 /// Where agents put their sockets unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tigon/agent.sock";

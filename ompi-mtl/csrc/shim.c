@@ -44,7 +44,7 @@ static struct tigon_params params = {
     .eager_limit = 0,
     .channel_threshold = "0",
     .finalize_timeout_ms = "30000",
-    .nap_after_us = "20",
+    .nap_after_us = "1000",
 };
 static int output = -1;
 
@@ -90,12 +90,11 @@ int tigon_register_params(void)
             "How long MPI_Finalize waits for sends still in flight, 0 to 3600000 (milliseconds)",
             OPAL_INFO_LVL_9, &params.finalize_timeout_ms);
     reg_num("nap_after_us",
-            "When Open MPI would wait by yielding the processor (mpi_yield_when_idle, on by "
-            "default when oversubscribed), wait instead by polling for this many microseconds, "
-            "then sleeping on the channel until the agent queues a completion (it wakes the "
-            "rank in about 2 us; sched_yield can starve a waiting process on Linux 6.6+ EEVDF "
-            "kernels, and polling holds the core the agent needs), 0 to 1000000; -1: sched_yield "
-            "as Open MPI does",
+            "A rank waiting on tigon polls its completions, yielding the processor between "
+            "polls where Open MPI asks for it (mpi_yield_when_idle, on by default when "
+            "oversubscribed); once nothing has happened for this many microseconds it sleeps on "
+            "the channel until the agent queues a completion (the agent wakes it in about 2 us), "
+            "0 to 1000000; -1: never sleep",
             OPAL_INFO_LVL_5, &params.nap_after_us);
     return OMPI_SUCCESS;
 }
@@ -431,16 +430,11 @@ int tigon_fence(void)
 /* libmpi exports it (ompi/runtime/ompi_mpi_init.c) but the installed headers do not declare it. */
 extern bool ompi_mpi_yield_when_idle;
 
-bool tigon_take_over_yield(void)
+bool tigon_yield_when_idle(void)
 {
-    /* ompi_mpi_init applies ompi_mpi_yield_when_idle to opal_progress after the PML is
-       selected: clearing it here (MTL init) is what sticks. */
-    if (!ompi_mpi_yield_when_idle && !opal_progress_yield_when_idle) {
-        return false;
-    }
-    ompi_mpi_yield_when_idle = false;
-    opal_progress_set_yield_when_idle(false);
-    return true;
+    /* Read at MTL init: ompi_mpi_init has the MCA value (set when oversubscribed) and applies
+       it to opal_progress after the PML is selected. */
+    return ompi_mpi_yield_when_idle || opal_progress_yield_when_idle;
 }
 
 int tigon_progress_register(int (*cb)(void)) { return opal_progress_register(cb); }

@@ -106,9 +106,8 @@ void tigon_abort(int code, const char *msg);
 /* A PMIx fence over every process of the job (no MPI traffic; does not call opal_progress). */
 int tigon_fence(void);
 
-/* If Open MPI is about to wait by sched_yield (mpi_yield_when_idle), turns that off and
-   returns true: the MTL naps instead. */
-bool tigon_take_over_yield(void);
+/* Whether Open MPI waits by yielding the processor between polls (mpi_yield_when_idle). */
+bool tigon_yield_when_idle(void);
 
 /* Progress. */
 int tigon_progress_register(int (*cb)(void));

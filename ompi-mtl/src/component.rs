@@ -171,18 +171,22 @@ unsafe extern "C" fn component_init(
     if request::register_progress() != ffi::OMPI_SUCCESS {
         return ptr::null_mut();
     }
-    // Waiting by sched_yield starves a waiting process on EEVDF kernels: when Open MPI would
-    // yield, the MTL naps instead (the progress callback).
-    if let Some(after) = params().nap_after
-        // SAFETY: plain call into the shim (flips Open MPI's yield_when_idle before MPI_Init
-        // applies it).
-        && unsafe { ffi::tigon_take_over_yield() }
-    {
-        request::nap_when_idle(after);
-        report::verbose(
-            10,
-            &format!("waiting: spin {after:?}, then nap (no sched_yield)"),
-        );
+    // Ranks poll; they yield between polls where Open MPI asks (mpi_yield_when_idle, which
+    // opal_progress does), and sleep on the channel only after a long idle (the progress
+    // callback), so an idle job costs no processor and a busy one no wake-up.
+    // SAFETY: plain call into the shim (reads Open MPI's yield setting).
+    let yielding = unsafe { ffi::tigon_yield_when_idle() };
+    tigon_client::set_wait_policy(yielding, params().nap_after);
+    if let Some(after) = params().nap_after {
+        request::nap_when_idle(after, yielding);
     }
+    report::verbose(
+        10,
+        &format!(
+            "waiting: poll{}, sleep after {:?} idle",
+            if yielding { " and sched_yield" } else { "" },
+            params().nap_after
+        ),
+    );
     module::module_ptr()
 }

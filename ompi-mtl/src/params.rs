@@ -18,7 +18,8 @@ pub struct Params {
     pub socket: Option<PathBuf>,
     pub channel_threshold: i32,
     pub finalize_timeout: Duration,
-    /// Spin this long before napping, when the MTL does the waiting; `None`: never nap.
+    /// Poll (or yield, with mpi_yield_when_idle) this long without activity before sleeping on
+    /// the channel; `None`: never sleep.
     pub nap_after: Option<Duration>,
 }
 
@@ -85,8 +86,8 @@ fn check(r: &Raw) -> (Params, Vec<String>) {
         r.nap_after_us,
         -1,
         1_000_000,
-        " µs (-1: sched_yield)",
-        20,
+        " µs (-1: never sleep)",
+        1000,
     );
     let params = Params {
         priority,
@@ -162,9 +163,12 @@ mod tests {
 
     #[test]
     fn defaults_and_good_values() {
-        let (p, problems) = check(&raw("30000", "20", "0"));
+        let (p, problems) = check(&raw("30000", "", "0"));
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(p.finalize_timeout, Duration::from_secs(30));
+        // Ranks poll: sleeping comes only after a long idle (issue 15: >= 1 ms).
+        assert_eq!(p.nap_after, Some(Duration::from_millis(1)));
+        let (p, _) = check(&raw("30000", "20", "0"));
         assert_eq!(p.nap_after, Some(Duration::from_micros(20)));
         let (p, problems) = check(&raw(" 0 ", "-1", "100"));
         assert!(problems.is_empty(), "{problems:?}");

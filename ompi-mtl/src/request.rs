@@ -344,8 +344,10 @@ thread_local! {
 /// sleep — that would steal its processor time, the opposite of what overlap wants.
 const WAIT_LOOP_GAP_NS: u64 = 5_000;
 
-/// Sleeping instead of sched_yield (see `nap_when_idle`): poll window in ns, 0 = off.
+/// Sleeping after a long idle (see `nap_when_idle`): poll window in ns, 0 = off.
 static NAP_AFTER_NS: AtomicU64 = AtomicU64::new(0);
+/// Empty progress calls closer than this are one wait loop (see `WAIT_LOOP_GAP_NS`).
+static WAIT_GAP_NS: AtomicU64 = AtomicU64::new(WAIT_LOOP_GAP_NS);
 /// When something last happened (an operation posted or completed), in ns since `EPOCH`.
 static LAST_ACTIVITY: AtomicU64 = AtomicU64::new(0);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -357,12 +359,19 @@ fn now_ns() -> u64 {
 }
 
 /// From now on progress calls that find nothing to do, once nothing happened for `after`,
-/// sleep until the agent queues a completion (1 ms at most) instead of returning at once
-/// (Open MPI's own wait would sched_yield, which on EEVDF kernels lets busy neighbours starve
-/// the waiting process for seconds).
-pub fn nap_when_idle(after: Duration) {
+/// sleep until the agent queues a completion (1 ms at most) instead of returning at once:
+/// a rank that waits long gives its core back. `yielding`: Open MPI yields between polls.
+pub fn nap_when_idle(after: Duration, yielding: bool) {
     touch();
     NAP_AFTER_NS.store((after.as_nanos() as u64).max(1), Ordering::Relaxed);
+    // A yield can take a whole scheduler slice when a neighbour runs: those gaps are still
+    // the wait loop.
+    let gap = if yielding {
+        10_000_000
+    } else {
+        WAIT_LOOP_GAP_NS
+    };
+    WAIT_GAP_NS.store(gap, Ordering::Relaxed);
 }
 
 /// Notes activity: an operation was posted (the caller is likely to wait for it next).
@@ -377,7 +386,7 @@ fn maybe_nap() {
     }
     let now = now_ns();
     let last = LAST_EMPTY.replace(now);
-    if now.saturating_sub(last) > WAIT_LOOP_GAP_NS
+    if now.saturating_sub(last) > WAIT_GAP_NS.load(Ordering::Relaxed)
         || now.saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after
     {
         return;
