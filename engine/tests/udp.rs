@@ -560,3 +560,41 @@ proptest! {
         prop_assert!(udp::checksum_ok(&d, ip.src, ip.dst));
     }
 }
+
+/// With checksum offload the encapsulation leaves the IPv4 checksum zero and the pseudo-header
+/// sum in the UDP field; a NIC completing both (done here as the NIC does) gives a datagram
+/// the receiver accepts.
+#[test]
+fn checksum_offload_leaves_what_the_nic_completes() {
+    let me = Ipv4Addr::new(10, 71, 1, 1);
+    let peer = Ipv4Addr::new(10, 71, 1, 2);
+    let mut c = UdpConfig::new(me, 24, hw(1));
+    c.ip_checksum_offload = true;
+    c.udp_checksum_offload = true;
+    let mut a = UdpEncap::new(c);
+    assert_eq!(a.offloads(), (true, true));
+    let mut b = encap_at(peer.octets(), 2);
+    let mut reply = arp_frame(arp::OP_REPLY, (hw(2), peer), (hw(1), me));
+    a.decap(&mut reply, 0);
+    let mut f = engine_frame(node_id(peer, 7470), a.node_id(), &[9; 100]);
+    assert_eq!(a.encap(&mut f, 1), Tx::Send);
+    assert_eq!(&f[24..26], &[0, 0], "IPv4 checksum left to the NIC");
+    assert!(
+        Ipv4Repr::parse(&f[14..]).is_err(),
+        "not valid before the NIC"
+    );
+    // The NIC: IPv4 header checksum, then the UDP checksum over the datagram starting from
+    // the pseudo-header sum in the field.
+    let ck = tigon_engine::net::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&ck.to_be_bytes());
+    let seed = u32::from(u16::from_be_bytes([f[40], f[41]]));
+    f[40..42].copy_from_slice(&[0, 0]);
+    let sum = tigon_engine::net::ones_sum(&f[34..], seed);
+    let udp_ck = match !(sum as u16) {
+        0 => 0xffff,
+        x => x,
+    };
+    f[40..42].copy_from_slice(&udp_ck.to_be_bytes());
+    assert!(udp::checksum_ok(&f[34..], me, peer));
+    assert!(matches!(b.decap(&mut f, 1), Rx::Tigon(_)));
+}

@@ -304,6 +304,14 @@ impl Mbuf {
         Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len as usize) })
     }
 
+    /// Marks an Ethernet/IPv4/UDP frame (20-byte IP header) for the NIC to fill in its IPv4
+    /// header checksum and/or UDP checksum (the port must have the offloads enabled; the UDP
+    /// checksum field must hold the pseudo-header sum).
+    pub fn offload_ipv4_udp_checksums(&mut self, ip: bool, udp: bool) {
+        // SAFETY: we own the mbuf; the shim sets length and flag fields of its header only.
+        unsafe { sys::tigon_mbuf_tx_ipv4_udp_cksum(self.ptr.as_ptr(), ip.into(), udp.into()) }
+    }
+
     /// Removes `len` bytes from the front of the first segment.
     pub fn adj(&mut self, len: u16) -> Result<()> {
         if !self.is_unique() {

@@ -31,6 +31,8 @@ pub struct PortConfig {
     pub mtu: Option<u16>,
     /// Receive frames for any destination MAC.
     pub promiscuous: bool,
+    /// Enable IPv4 header and UDP checksum offloads the driver reports (for `--wire udp`).
+    pub ip_udp_checksum_offload: bool,
 }
 
 impl Default for PortConfig {
@@ -42,6 +44,7 @@ impl Default for PortConfig {
             tx_desc: 1024,
             mtu: None,
             promiscuous: true,
+            ip_udp_checksum_offload: false,
         }
     }
 }
@@ -90,6 +93,8 @@ pub struct Port {
     /// memif only: pool for linearising chained frames before tx (see `tx_burst`).
     linearize: Option<Mempool>,
     lin_warned: bool,
+    /// The transmit offloads configured (DPDK's RTE_ETH_TX_OFFLOAD_* bits).
+    tx_offloads: u64,
     _pool: Mempool,
     _eal: Eal,
 }
@@ -196,6 +201,7 @@ impl Port {
             mapped: Vec::new(),
             linearize: None,
             lin_warned: false,
+            tx_offloads: 0,
             _pool: rx_pool.clone(),
             _eal: eal.clone(),
         };
@@ -205,6 +211,15 @@ impl Port {
         }
         port.configure(rx_pool, cfg)?;
         Ok(port)
+    }
+
+    /// Whether the NIC computes IPv4 header checksums / UDP checksums of frames marked with
+    /// [`crate::Mbuf::offload_ipv4_udp_checksums`] (configured with
+    /// `PortConfig::ip_udp_checksum_offload` and reported by the driver).
+    pub fn checksum_offloads(&self) -> (bool, bool) {
+        let ip = sys::TIGON_ETH_TX_OFFLOAD_IPV4_CKSUM;
+        let udp = sys::TIGON_ETH_TX_OFFLOAD_UDP_CKSUM;
+        (self.tx_offloads & ip != 0, self.tx_offloads & udp != 0)
     }
 
     fn info(&self) -> Result<sys::rte_eth_dev_info> {
@@ -235,6 +250,11 @@ impl Port {
         let multi = sys::TIGON_ETH_TX_OFFLOAD_MULTI_SEGS;
         conf.rxmode.offloads = info.rx_offload_capa & scatter;
         conf.txmode.offloads = info.tx_offload_capa & multi;
+        if cfg.ip_udp_checksum_offload {
+            let tx = sys::TIGON_ETH_TX_OFFLOAD_IPV4_CKSUM | sys::TIGON_ETH_TX_OFFLOAD_UDP_CKSUM;
+            conf.txmode.offloads |= info.tx_offload_capa & tx;
+        }
+        self.tx_offloads = conf.txmode.offloads;
         // SAFETY: valid port, conf fully initialised.
         let ret =
             unsafe { sys::rte_eth_dev_configure(self.id, cfg.rx_queues, cfg.tx_queues, &conf) };

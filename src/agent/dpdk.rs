@@ -30,7 +30,8 @@ pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
     };
     let rx_pool = Mempool::new(&eal, "tigon_rx", 8191, room).map_err(|e| e.to_string())?;
     let tx_pool = Mempool::new(&eal, "tigon_tx", 8191, room).map_err(|e| e.to_string())?;
-    let port = open_port(&eal, &rx_pool, &s.devargs, s.mtu)?;
+    let port = open_port(&eal, &rx_pool, &s.devargs, s.mtu, s.udp.is_some())?;
+    let (ip_offload, udp_offload) = port.checksum_offloads();
     let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
     let dma = match &a.dma {
         Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
@@ -41,6 +42,22 @@ pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
         // The UDP checksum covers payloads: computed where the engine's payload checksum
         // would be (links without a frame check, or --payload-checksum), else 0 ("none").
         udp.udp_checksum = s.engine.payload_checksum.unwrap_or(!link.frame_check());
+        // The NIC computes what it can (its driver says which); software the rest.
+        udp.ip_checksum_offload = ip_offload;
+        udp.udp_checksum_offload = udp_offload;
+        log::info!(
+            "--wire udp: {} {}/{} port {}; IPv4 checksum by the {}, UDP checksum {}",
+            link.node_addr(),
+            udp.ip,
+            udp.prefix,
+            udp.port,
+            if ip_offload { "NIC" } else { "CPU" },
+            match (udp.udp_checksum, udp_offload) {
+                (false, _) => "none (the link checks frames)",
+                (true, true) => "by the NIC",
+                (true, false) => "by the CPU",
+            }
+        );
         link = link.with_udp(udp);
     }
     // The engine's name for this node: the MAC, or with --wire udp its IP address and port.
@@ -89,7 +106,13 @@ fn start_eal(a: &AgentArgs, s: &Settings) -> Result<Eal, String> {
 }
 
 /// The port `devargs` names, receiving into `rx_pool`, at `mtu`.
-fn open_port(eal: &Eal, rx_pool: &Mempool, devargs: &str, mtu: u16) -> Result<Port, String> {
+fn open_port(
+    eal: &Eal,
+    rx_pool: &Mempool,
+    devargs: &str,
+    mtu: u16,
+    udp: bool,
+) -> Result<Port, String> {
     let port_args = port_devargs(devargs, mtu)?;
     Port::open(
         eal,
@@ -97,6 +120,7 @@ fn open_port(eal: &Eal, rx_pool: &Mempool, devargs: &str, mtu: u16) -> Result<Po
         rx_pool,
         &PortConfig {
             mtu: (!mtu_from_devargs(devargs)).then_some(mtu),
+            ip_udp_checksum_offload: udp,
             ..PortConfig::default()
         },
     )

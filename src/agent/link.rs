@@ -235,7 +235,13 @@ impl PortLink {
             return;
         };
         match u.encap.encap(b, now) {
-            Tx::Send => self.tx.push(m),
+            Tx::Send => {
+                let (ip, udp) = u.encap.offloads();
+                if ip || udp {
+                    m.offload_ipv4_udp_checksums(ip, udp);
+                }
+                self.tx.push(m);
+            }
             Tx::Unresolved { next_hop, request } => {
                 if u.held.len() < HELD_MAX {
                     u.held.push_back((next_hop, now, m));
@@ -272,7 +278,13 @@ impl PortLink {
                 // Its headroom was claimed when it was held; the headers are written now.
                 let b = m.data_mut().expect("held tx mbuf is unique");
                 match u.encap.encap(b, now) {
-                    Tx::Send => self.tx.push(m),
+                    Tx::Send => {
+                        let (ip, udp) = u.encap.offloads();
+                        if ip || udp {
+                            m.offload_ipv4_udp_checksums(ip, udp);
+                        }
+                        self.tx.push(m);
+                    }
                     _ => u.unresolved_drops += 1,
                 }
             } else if now.saturating_sub(since) > give_up {

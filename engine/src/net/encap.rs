@@ -39,6 +39,11 @@ pub struct UdpConfig {
     pub neighbour_ttl_ns: u64,
     /// Least time between two ARP requests for the same address (ns).
     pub arp_retry_ns: u64,
+    /// The NIC fills in the IPv4 header checksum (the frame must be marked for it).
+    pub ip_checksum_offload: bool,
+    /// The NIC computes the UDP checksum (with `udp_checksum`); the field holds the
+    /// pseudo-header sum until then.
+    pub udp_checksum_offload: bool,
 }
 
 impl UdpConfig {
@@ -52,6 +57,8 @@ impl UdpConfig {
             udp_checksum: true,
             neighbour_ttl_ns: 30_000_000_000,
             arp_retry_ns: 200_000_000,
+            ip_checksum_offload: false,
+            udp_checksum_offload: false,
         }
     }
 
@@ -137,6 +144,16 @@ impl UdpEncap {
         &self.cfg
     }
 
+    /// What a frame [`UdpEncap::encap`] sent asks of the NIC: (IPv4 header checksum, UDP
+    /// checksum).
+    pub fn offloads(&self) -> (bool, bool) {
+        let c = &self.cfg;
+        (
+            c.ip_checksum_offload,
+            c.udp_checksum && c.udp_checksum_offload,
+        )
+    }
+
     /// This node's name for the engine.
     pub fn node_id(&self) -> MacAddr {
         node_id(self.cfg.ip, self.cfg.port)
@@ -218,6 +235,10 @@ impl UdpEncap {
             dont_fragment: true,
         }
         .emit(&mut frame[ETH_HEADER_LEN..]);
+        if self.cfg.ip_checksum_offload {
+            // Left for the NIC, which wants the field zero.
+            frame[ETH_HEADER_LEN + 10..ETH_HEADER_LEN + 12].copy_from_slice(&[0, 0]);
+        }
         let dgram = &mut frame[ETH_HEADER_LEN + ipv4::HEADER_LEN..];
         UdpRepr {
             src_port,
@@ -226,8 +247,10 @@ impl UdpEncap {
             checksum: 0,
         }
         .emit(dgram);
-        if self.cfg.udp_checksum {
-            udp::fill_checksum(dgram, self.cfg.ip, dst_ip);
+        match (self.cfg.udp_checksum, self.cfg.udp_checksum_offload) {
+            (true, true) => udp::fill_pseudo_header_sum(dgram, self.cfg.ip, dst_ip),
+            (true, false) => udp::fill_checksum(dgram, self.cfg.ip, dst_ip),
+            (false, _) => {}
         }
         Tx::Send
     }

@@ -54,6 +54,13 @@ fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, len: usize) -> u32 {
     super::ones_sum(&p, 0)
 }
 
+/// Stores the pseudo-header sum (folded, not complemented) in the checksum field: what a NIC
+/// that offloads the UDP checksum expects there (DPDK's convention), before it adds the rest.
+pub fn fill_pseudo_header_sum(dgram: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) {
+    let sum = pseudo_sum(src, dst, dgram.len()) as u16;
+    dgram[6..8].copy_from_slice(&sum.to_be_bytes());
+}
+
 /// Computes and stores the checksum of the datagram `dgram` (header and payload).
 pub fn fill_checksum(dgram: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) {
     dgram[6..8].copy_from_slice(&[0, 0]);

@@ -42,6 +42,16 @@ uint16_t tigon_mbuf_refcnt_update(struct rte_mbuf *m, int16_t v)
 }
 void tigon_pktmbuf_refcnt_update(struct rte_mbuf *m, int16_t v) { rte_pktmbuf_refcnt_update(m, v); }
 uint64_t tigon_mbuf_ol_flags(const struct rte_mbuf *m) { return m->ol_flags; }
+void tigon_mbuf_tx_ipv4_udp_cksum(struct rte_mbuf *m, int ip_cksum, int udp_cksum)
+{
+	m->l2_len = RTE_ETHER_HDR_LEN;
+	m->l3_len = sizeof(struct rte_ipv4_hdr);
+	m->ol_flags |= RTE_MBUF_F_TX_IPV4;
+	if (ip_cksum)
+		m->ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
+	if (udp_cksum)
+		m->ol_flags |= RTE_MBUF_F_TX_UDP_CKSUM;
+}
 void tigon_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, rte_iova_t buf_iova,
 				 uint16_t buf_len, struct rte_mbuf_ext_shared_info *shinfo)
 {

@@ -25,6 +25,10 @@ enum tigon_consts {
 	TIGON_DMA_CAPA_OPS_COPY = RTE_DMA_CAPA_OPS_COPY,
 	TIGON_ETH_RX_OFFLOAD_SCATTER = RTE_ETH_RX_OFFLOAD_SCATTER,
 	TIGON_ETH_TX_OFFLOAD_MULTI_SEGS = RTE_ETH_TX_OFFLOAD_MULTI_SEGS,
+	TIGON_ETH_TX_OFFLOAD_IPV4_CKSUM = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM,
+	TIGON_ETH_TX_OFFLOAD_UDP_CKSUM = RTE_ETH_TX_OFFLOAD_UDP_CKSUM,
+	TIGON_ETH_RX_OFFLOAD_IPV4_CKSUM = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM,
+	TIGON_ETH_RX_OFFLOAD_UDP_CKSUM = RTE_ETH_RX_OFFLOAD_UDP_CKSUM,
 	TIGON_MBUF_F_EXTERNAL = RTE_MBUF_F_EXTERNAL,
 	TIGON_MBUF_F_INDIRECT = RTE_MBUF_F_INDIRECT,
 	TIGON_BAD_IOVA = RTE_BAD_IOVA,
@@ -57,6 +61,10 @@ uint16_t tigon_mbuf_refcnt_read(const struct rte_mbuf *m);
 uint16_t tigon_mbuf_refcnt_update(struct rte_mbuf *m, int16_t v);
 void tigon_pktmbuf_refcnt_update(struct rte_mbuf *m, int16_t v);
 uint64_t tigon_mbuf_ol_flags(const struct rte_mbuf *m);
+/* Asks the NIC for the IPv4 header and/or UDP checksums of an Ethernet/IPv4/UDP frame (no
+ * options, no VLAN): sets l2_len, l3_len and the TX flags (the caller wrote the pseudo-header
+ * sum into the UDP checksum field, as DPDK's offload convention wants). */
+void tigon_mbuf_tx_ipv4_udp_cksum(struct rte_mbuf *m, int ip_cksum, int udp_cksum);
 void tigon_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, rte_iova_t buf_iova,
 				 uint16_t buf_len, struct rte_mbuf_ext_shared_info *shinfo);
 struct rte_mbuf_ext_shared_info *tigon_pktmbuf_ext_shinfo_init_helper(
