@@ -202,6 +202,9 @@ pub const FLAG_PAYLOAD_CK: u16 = 1 << 3;
 /// Header flag on an Ack: it answers a [`Kind::Probe`]; the frames sent before the probe and
 /// acknowledged neither cumulatively nor selectively did not arrive.
 pub const FLAG_PROBE_REPLY: u16 = 1 << 5;
+/// Header flag on a Fin: no endpoint here takes message `msg_id` (never open, or closed):
+/// the send fails instead of completing.
+pub const FLAG_NO_ENDPOINT: u16 = 1 << 4;
 
 mod field {
     use core::ops::Range;
@@ -302,9 +305,9 @@ getters! {
     dst_ep, set_dst_ep, u16, DST_EP;
     /// Endpoint id of the sender on its node.
     src_ep, set_src_ep, u16, SRC_EP;
-    /// Random session of the sending endpoint; changes when it restarts.
+    /// Random session of the sending node; changes when it restarts.
     src_session, set_src_session, u32, SRC_SESSION;
-    /// Session of the destination as the sender knows it (0 in a connect request).
+    /// Session of the destination node as the sender knows it (0 in a connect request).
     dst_session, set_dst_session, u32, DST_SESSION;
     /// Sequence number in the sender→destination stream (sequenced kinds only).
     seq, set_seq, u32, SEQ;

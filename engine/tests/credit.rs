@@ -1,6 +1,6 @@
-//! Eager credit with many peers: a store that cannot give every peer credit still lets every
-//! sender through (rendezvous needs none), grants grow for peers that talk, and idle peers
-//! give theirs back.
+//! Eager credit with many peers (peer NODES: credit, like the session, is per remote node): a
+//! store that cannot give every peer credit still lets every sender through (rendezvous needs
+//! none), grants grow for peers that talk, and idle peers give theirs back.
 
 mod common;
 use common::*;
@@ -10,9 +10,10 @@ use tigon_engine::*;
 
 const CTX: u32 = 9;
 
-fn world(cfg: Config) -> World {
+/// Node 0 receives; nodes 1..=senders send.
+fn world(senders: usize, cfg: Config) -> World {
     World::new(
-        2,
+        senders + 1,
         Faults {
             delay_ns: 5_000,
             ..Faults::default()
@@ -22,19 +23,19 @@ fn world(cfg: Config) -> World {
     )
 }
 
-/// Node 0 opens `n` endpoints, each sends one message of `len` bytes to node 1's endpoint 0
-/// at once; node 1 receives them all (posted first, or only once all arrived unexpected), and
-/// every byte is checked.
+/// Nodes 1..=n each send one message of `len` bytes to node 0's endpoint 0 at once (MPI rank
+/// i - 1 on node i); node 0 receives them all (posted first, or only once all arrived
+/// unexpected), and every byte is checked.
 fn fan_in(w: &mut World, n: usize, len: usize, post_first: bool) {
-    let dst = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
-    for i in 0..n {
-        w.nodes[0].eng.open_endpoint(Some(i as u16)).unwrap();
+    let dst = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    for i in 1..=n {
+        w.nodes[i].eng.open_endpoint(Some(0)).unwrap();
     }
     let mut recvs = Vec::new();
     let post = |w: &mut World, recvs: &mut Vec<_>| {
         for i in 0..n {
-            let rb = w.mem(1).insert(vec![0; len]);
-            let id = w.nodes[1]
+            let rb = w.mem(0).insert(vec![0; len]);
+            let id = w.nodes[0]
                 .eng
                 .irecv(0, MatchSpec::mpi(CTX, i as i32, 1), rb)
                 .unwrap();
@@ -46,12 +47,12 @@ fn fan_in(w: &mut World, n: usize, len: usize, post_first: bool) {
     }
     let mut sends = Vec::new();
     for i in 0..n {
-        let buf = w.mem(0).insert(pattern(i as u32, 0, len));
+        let buf = w.mem(i + 1).insert(pattern(i as u32, 0, len));
         sends.push(
-            w.nodes[0]
+            w.nodes[i + 1]
                 .eng
                 .isend(
-                    i as u16,
+                    0,
                     dst,
                     match_bits(CTX, 1),
                     i as u32,
@@ -63,16 +64,18 @@ fn fan_in(w: &mut World, n: usize, len: usize, post_first: bool) {
     }
     if !post_first {
         // Everything arrives unexpected (eager data or an RTS) before a receive is posted.
-        w.run_until(2_000_000, |w| w.nodes[1].eng.stats.unexpected as usize >= n);
+        w.run_until(2_000_000, |w| w.nodes[0].eng.stats.unexpected as usize >= n);
         post(w, &mut recvs);
     }
     let (mut sent, mut got) = (0, 0);
     w.run_until(5_000_000, |w| {
-        while let Some(c) = w.nodes[0].eng.pop_completion() {
-            assert!(c.result.is_ok(), "send failed: {:?}", c.result);
-            sent += 1;
+        for i in 1..=n {
+            while let Some(c) = w.nodes[i].eng.pop_completion() {
+                assert!(c.result.is_ok(), "send failed: {:?}", c.result);
+                sent += 1;
+            }
         }
-        while let Some(c) = w.nodes[1].eng.pop_completion() {
+        while let Some(c) = w.nodes[0].eng.pop_completion() {
             assert!(c.result.is_ok(), "receive failed: {:?}", c.result);
             got += 1;
         }
@@ -80,37 +83,49 @@ fn fan_in(w: &mut World, n: usize, len: usize, post_first: bool) {
     });
     for (_, rb, i) in recvs {
         assert!(
-            w.mem(1).get(&rb).unwrap() == &pattern(i as u32, 0, len),
-            "message from endpoint {i} corrupted"
+            w.mem(0).get(&rb).unwrap() == &pattern(i as u32, 0, len),
+            "message from node {} corrupted",
+            i + 1
         );
     }
 }
 
+/// What the sending nodes 1..=n did, summed.
+fn senders(w: &World) -> Stats {
+    let mut t = Stats::default();
+    for n in &w.nodes[1..] {
+        let s = &n.eng.stats;
+        t.sends_completed += s.sends_completed;
+        t.credit_fallbacks += s.credit_fallbacks;
+        t.eager_sent += s.eager_sent;
+    }
+    t
+}
+
 #[test]
 fn thousand_peers_sending_eager_at_once_all_complete() {
-    let mut w = world(Config::default());
+    let mut w = world(1000, Config::default());
     fan_in(&mut w, 1000, 2000, false);
-    let rx = &w.nodes[1].eng.stats;
+    let rx = &w.nodes[0].eng.stats;
     assert_eq!(rx.peers, 1000);
     assert_eq!(rx.recvs_completed, 1000);
     // The default store (256 MiB) grants every one of 1,000 peers its initial credit.
-    assert_eq!(w.nodes[0].eng.stats.credit_fallbacks, 0);
-    assert_eq!(w.nodes[0].eng.stats.eager_sent, 1000);
+    let tx = senders(&w);
+    assert_eq!(tx.credit_fallbacks, 0);
+    assert_eq!(tx.eager_sent, 1000);
     // Once everything is acknowledged and idle for a while, no peer is visited by the
     // timers, and the peers have given their queues' buffers back.
     let idle_until = w.now + 2 * w.cfg.credit_idle_ns;
     w.run_until(1_000_000, |w| w.now > idle_until);
-    for i in 0..2 {
-        let e = &w.nodes[i].eng;
-        assert_eq!(e.armed_peers(), 0, "node {i}: idle peers still armed");
-        let (peers, bytes) = e.peer_memory();
-        assert_eq!(peers, 1000);
-        assert!(
-            bytes / peers <= 512,
-            "node {i}: {} bytes per idle peer",
-            bytes / peers
-        );
-    }
+    let e = &w.nodes[0].eng;
+    assert_eq!(e.armed_peers(), 0, "idle peers still armed");
+    let (peers, bytes) = e.peer_memory();
+    assert_eq!(peers, 1000);
+    assert!(
+        bytes / peers <= 512,
+        "{} bytes per idle peer",
+        bytes / peers
+    );
 }
 
 #[test]
@@ -122,17 +137,17 @@ fn peers_beyond_the_store_go_by_rendezvous_and_are_counted() {
         eager_credit: 64 << 10,
         ..Config::default()
     };
-    let mut w = world(cfg.clone());
+    let mut w = world(100, cfg.clone());
     fan_in(&mut w, 100, 1000, false);
-    let tx = &w.nodes[0].eng.stats;
+    let tx = senders(&w);
     assert_eq!(tx.sends_completed, 100);
     assert!(
         tx.credit_fallbacks >= 92,
         "peers without credit must fall back to rendezvous, counted: {tx:?}"
     );
     assert!(tx.eager_sent >= 8, "{tx:?}");
-    assert!(w.nodes[1].eng.credit_granted_bytes() <= cfg.unexpected_bytes);
-    assert!(w.nodes[1].eng.stats.unexpected_bytes_peak <= cfg.unexpected_bytes);
+    assert!(w.nodes[0].eng.credit_granted_bytes() <= cfg.unexpected_bytes);
+    assert!(w.nodes[0].eng.stats.unexpected_bytes_peak <= cfg.unexpected_bytes);
 }
 
 #[test]
@@ -144,32 +159,32 @@ fn a_talking_peer_gets_more_credit_and_idle_peers_give_theirs_back() {
         credit_idle_ns: 5_000_000,
         ..Config::default()
     };
-    let mut w = world(cfg.clone());
-    let dst = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
-    // Four peers connect and take the whole store with their initial grants.
-    for i in 0..4u16 {
-        w.nodes[0].eng.open_endpoint(Some(i)).unwrap();
-        let buf = w.mem(0).insert(vec![1; 10]);
-        let s = w.nodes[0]
+    let mut w = world(4, cfg.clone());
+    let dst = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    // Four peer nodes connect and take the whole store with their initial grants.
+    for i in 1..=4 {
+        w.nodes[i].eng.open_endpoint(Some(0)).unwrap();
+        let buf = w.mem(i).insert(vec![1; 10]);
+        let s = w.nodes[i]
             .eng
-            .isend(i, dst, match_bits(CTX, 2), 0, buf, SendMode::Standard)
+            .isend(0, dst, match_bits(CTX, 2), 0, buf, SendMode::Standard)
             .unwrap();
-        let rb = w.mem(1).insert(vec![0; 10]);
-        let r = w.nodes[1]
+        let rb = w.mem(0).insert(vec![0; 10]);
+        let r = w.nodes[0]
             .eng
             .irecv(0, MatchSpec::mpi(CTX, 0, 2), rb)
             .unwrap();
-        w.wait(1, r, 1_000_000);
-        w.wait(0, s, 1_000_000);
+        w.wait(0, r, 1_000_000);
+        w.wait(i, s, 1_000_000);
     }
-    assert_eq!(w.nodes[1].eng.credit_granted_bytes(), cfg.unexpected_bytes);
-    // Endpoint 0 keeps sending 12 KiB messages, unexpected, more than its 16 KiB grant holds.
+    assert_eq!(w.nodes[0].eng.credit_granted_bytes(), cfg.unexpected_bytes);
+    // Node 1 keeps sending 12 KiB messages, unexpected, more than its 16 KiB grant holds.
     let rounds = 40;
     let mut sends = Vec::new();
     for k in 0..rounds {
-        let buf = w.mem(0).insert(pattern(0, k, 12 << 10));
+        let buf = w.mem(1).insert(pattern(0, k, 12 << 10));
         sends.push(
-            w.nodes[0]
+            w.nodes[1]
                 .eng
                 .isend(0, dst, match_bits(CTX, 3), 0, buf, SendMode::Standard)
                 .unwrap(),
@@ -180,25 +195,25 @@ fn a_talking_peer_gets_more_credit_and_idle_peers_give_theirs_back() {
         }
         if k % 2 == 1 {
             for j in k - 1..=k {
-                let rb = w.mem(1).insert(vec![0; 12 << 10]);
-                let r = w.nodes[1]
+                let rb = w.mem(0).insert(vec![0; 12 << 10]);
+                let r = w.nodes[0]
                     .eng
                     .irecv(0, MatchSpec::mpi(CTX, 0, 3), rb)
                     .unwrap();
-                w.wait(1, r, 1_000_000);
-                assert!(w.mem(1).get(&rb).unwrap() == &pattern(0, j, 12 << 10));
+                w.wait(0, r, 1_000_000);
+                assert!(w.mem(0).get(&rb).unwrap() == &pattern(0, j, 12 << 10));
             }
         }
     }
     let mut sent = 0;
     w.run_until(1_000_000, |w| {
-        while let Some(c) = w.nodes[0].eng.pop_completion() {
+        while let Some(c) = w.nodes[1].eng.pop_completion() {
             assert!(c.result.is_ok());
             sent += 1;
         }
         sent == sends.len()
     });
-    let rx = &w.nodes[1].eng.stats;
+    let rx = &w.nodes[0].eng.stats;
     assert!(
         rx.credit_reclaims >= 1,
         "idle peers must be asked for their credit: {rx:?}"
@@ -207,11 +222,11 @@ fn a_talking_peer_gets_more_credit_and_idle_peers_give_theirs_back() {
         rx.credit_grants >= 1,
         "the talker's grant must grow: {rx:?}"
     );
-    assert!(w.nodes[1].eng.credit_granted_bytes() <= cfg.unexpected_bytes);
+    assert!(w.nodes[0].eng.credit_granted_bytes() <= cfg.unexpected_bytes);
     // With the larger grant, later messages went eager again.
-    let tx = &w.nodes[0].eng.stats;
+    let tx = &w.nodes[1].eng.stats;
     assert!(
-        tx.eager_sent > 4 + 2,
+        tx.eager_sent > 1 + 2,
         "after the grant grew, sends must go eager again: {tx:?}"
     );
 }

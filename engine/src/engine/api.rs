@@ -11,32 +11,27 @@ use crate::link::Link;
 use crate::matching::MatchSpec;
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
-    /// Opens endpoint `id` (or the lowest free one) with a fresh random session.
+    /// Opens endpoint `id` (or the lowest free one).
     pub fn open_endpoint(&mut self, id: Option<u16>) -> Result<EndpointAddr, Error> {
-        use rand::Rng;
         let id = self.eps.free_id(id)?;
-        let session = self.rng.gen_range(1..=u32::MAX);
-        self.eps.open(id, session);
+        self.eps.open(id);
         Ok(EndpointAddr::new(self.mac, id))
     }
 
-    /// Closes an endpoint: its operations fail with [`Error::EndpointClosed`], its peers are forgotten.
+    /// Closes an endpoint: its operations fail with [`Error::EndpointClosed`] (the senders of
+    /// messages it was pulling are told); the sessions with peer nodes stay, for the node's
+    /// other endpoints.
     pub fn close_endpoint(&mut self, ep: u16) {
         if self.eps.get(ep).is_err() {
             return;
         }
-        let peers: Vec<usize> = (0..self.peers.len())
-            .filter(|&p| self.peers[p].ep == ep)
-            .collect();
-        for p in peers {
-            self.reset_peer(p, Error::EndpointClosed);
-        }
+        self.fail_endpoint_ops(ep);
         let e = self.eps.close(ep).expect("checked");
         for r in e.posted {
             self.finish(r, Err(Error::EndpointClosed));
         }
         for u in e.unexpected {
-            self.unex.remove(u);
+            self.drop_unexp(u);
         }
         let handles: Vec<u64> = self
             .unex
@@ -47,8 +42,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             .collect();
         for h in handles {
             if let Some(u) = self.unex.probed.remove(&h) {
-                self.unex.remove(u);
+                self.drop_unexp(u);
             }
+        }
+    }
+
+    /// Drops an unexpected message nobody will receive: its credit goes back to the sender,
+    /// and a sender that waits for the receiver (rendezvous, synchronous) is told.
+    fn drop_unexp(&mut self, u: u64) {
+        let Some(x) = self.unex.remove(u) else {
+            return;
+        };
+        if !x.rndv {
+            self.release_credit(x.peer, x.cost, false, x.msg_id);
+        }
+        if x.rndv || x.sync {
+            self.refuse_msg(x.peer, x.msg_id);
         }
     }
 
@@ -65,7 +74,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     ) -> Result<ReqId, Error> {
         let now = self.now;
         self.eps.get(ep)?;
-        let p = self.peer_for(ep, dest);
+        let p = self.peer_for(dest.mac);
         let msg_id = {
             let msgs = &mut self.peers[p].msgs;
             let m = msgs.next_msg_id;
@@ -76,6 +85,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ep,
             kind: ReqKind::Send(SendReq {
                 peer: p,
+                dst_ep: dest.ep,
                 msg_id,
                 buf,
                 bits,

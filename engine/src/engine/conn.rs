@@ -1,24 +1,27 @@
-//! Connections: the peer table, the handshake (Connect / ConnectAck carrying each side's
-//! session, frame size, window and eager grant), restarts and resets.
+//! Connections to peer nodes: the peer table (by MAC), the handshake (Connect / ConnectAck
+//! carrying each node's session, frame size, window and eager grant), restarts and resets.
+//! A session belongs to a pair of nodes, whatever the ranks on them: the first message to a
+//! node sets it up, and every later message between any of their endpoints rides on it.
 
 use super::Engine;
 use super::peer::{EagerTarget, InEager, Peer, PeerState};
+use super::request::ReqKind;
 use super::types::{Error, ReqId};
 use crate::addr::EndpointAddr;
 use crate::copy::CopyEngine;
 use crate::link::Link;
-use crate::wire::{self, ConnectRepr, Frame, Kind, Repr};
+use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr};
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
-    /// The peer `addr` of local endpoint `ep`, added on first use.
-    pub(super) fn peer_for(&mut self, ep: u16, addr: EndpointAddr) -> usize {
-        if let Some(&p) = self.peer_index.get(&(ep, addr)) {
+    /// The peer node `mac`, added on first use.
+    pub(super) fn peer_for(&mut self, mac: MacAddr) -> usize {
+        if let Some(&p) = self.peer_index.get(&mac) {
             return p;
         }
         let frag = self.cfg.max_frame - wire::OVERHEAD;
-        self.peers.push(Peer::new(ep, addr, frag));
+        self.peers.push(Peer::new(mac, frag));
         let p = self.peers.len() - 1;
-        self.peer_index.insert((ep, addr), p);
+        self.peer_index.insert(mac, p);
         self.stats.peers += 1;
         p
     }
@@ -61,16 +64,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
-    pub(super) fn on_connect(&mut self, r: Repr, from: EndpointAddr, f: &[u8], now: u64) {
+    pub(super) fn on_connect(&mut self, r: Repr, from: MacAddr, f: &[u8], now: u64) {
         let Ok(c) = ConnectRepr::parse(Frame::new_unchecked(f).payload()) else {
             self.stats.drop_malformed += 1;
             return;
         };
-        let p = self.peer_for(r.dst_ep, from);
+        let p = self.peer_for(from);
         let conn = &self.peers[p].conn;
         if conn.state == PeerState::Connected && conn.remote_session != r.src_session {
             self.stats.peer_restarts += 1;
-            self.reset_peer(p, Error::PeerRestarted(from));
+            self.reset_peer(p, Error::PeerRestarted);
         }
         if self.peers[p].conn.state != PeerState::Connected {
             self.accept(p, r.src_session, c, now);
@@ -79,15 +82,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
-    pub(super) fn on_connect_ack(
-        &mut self,
-        r: Repr,
-        from: EndpointAddr,
-        my_session: u32,
-        f: &[u8],
-        now: u64,
-    ) {
-        if r.dst_session != my_session {
+    pub(super) fn on_connect_ack(&mut self, r: Repr, from: MacAddr, f: &[u8], now: u64) {
+        if r.dst_session != self.session {
             self.stats.drop_stale += 1;
             return;
         }
@@ -95,36 +91,36 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_malformed += 1;
             return;
         };
-        let Some(&p) = self.peer_index.get(&(r.dst_ep, from)) else {
+        let Some(&p) = self.peer_index.get(&from) else {
             return;
         };
         match self.peers[p].conn.state {
             PeerState::Connecting => self.accept(p, r.src_session, c, now),
             PeerState::Connected if self.peers[p].conn.remote_session != r.src_session => {
                 self.stats.peer_restarts += 1;
-                self.reset_peer(p, Error::PeerRestarted(from));
+                self.reset_peer(p, Error::PeerRestarted);
                 self.accept(p, r.src_session, c, now);
             }
             _ => {}
         }
     }
 
-    /// A Reset from `from`: a new incarnation of a connected peer voids the old one.
-    pub(super) fn on_reset(&mut self, r: Repr, from: EndpointAddr, my_session: u32) {
-        if r.dst_session != my_session {
+    /// A Reset from node `from`: a new incarnation of a connected peer voids the old one.
+    pub(super) fn on_reset(&mut self, r: Repr, from: MacAddr) {
+        if r.dst_session != self.session {
             return;
         }
-        if let Some(&p) = self.peer_index.get(&(r.dst_ep, from))
+        if let Some(&p) = self.peer_index.get(&from)
             && self.peers[p].conn.state == PeerState::Connected
             && self.peers[p].conn.remote_session != r.src_session
         {
             self.stats.peer_restarts += 1;
-            self.reset_peer(p, Error::PeerRestarted(from));
+            self.reset_peer(p, Error::PeerRestarted);
         }
     }
 
-    /// Tells the sender of `r` that it addressed an earlier incarnation of this endpoint.
-    pub(super) fn send_reset(&mut self, r: Repr, my_session: u32) {
+    /// Tells the sender of `r` that it addressed an earlier incarnation of this node.
+    pub(super) fn send_reset(&mut self, r: Repr) {
         // Resets are rare; they go out through a one-off peer-less path in `transmit`.
         self.resets.push(Repr {
             dst_mac: r.src_mac,
@@ -132,15 +128,27 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             kind: Some(Kind::Reset),
             dst_ep: r.src_ep,
             src_ep: r.dst_ep,
-            src_session: my_session,
+            src_session: self.session,
             dst_session: r.src_session,
             ..Repr::default()
         });
     }
 
-    /// Fails everything in flight with peer `p` and forgets its connection state.
-    pub(super) fn reset_peer(&mut self, p: usize, why: Error) {
+    /// The remote endpoint request `id` talks to over peer node `mac`: a send's destination,
+    /// a receive's source.
+    pub(super) fn remote_of(&self, id: ReqId, mac: MacAddr) -> EndpointAddr {
+        match self.reqs.get(id).map(|r| &r.kind) {
+            Some(ReqKind::Send(s)) => EndpointAddr::new(mac, s.dst_ep),
+            Some(ReqKind::Recv(r)) => r.info.map_or(EndpointAddr::new(mac, 0), |i| i.source),
+            None => EndpointAddr::new(mac, 0),
+        }
+    }
+
+    /// Fails everything in flight with peer node `p` (each operation with `why` of the remote
+    /// endpoint it talked to) and forgets the session.
+    pub(super) fn reset_peer(&mut self, p: usize, why: impl Fn(EndpointAddr) -> Error) {
         let peer = &mut self.peers[p];
+        let mac = peer.mac;
         let msgs = &mut peer.msgs;
         let mut failed: Vec<ReqId> = msgs.waiting.drain(..).collect();
         failed.extend(msgs.sends.values().copied());
@@ -181,10 +189,63 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.unex.probed.retain(|_, x| *x != u);
             self.unex.remove(u);
         }
+        failed.sort_unstable_by_key(|r| r.as_u64());
+        failed.dedup();
         for r in failed {
-            self.finish(r, Err(why.clone()));
+            let e = why(self.remote_of(r, mac));
+            self.finish(r, Err(e));
         }
         // Copies of the failed receives stay in the FIFO: it mirrors the copy engine's queue
         // one for one, and their completions find no request.
+    }
+
+    /// Local endpoint `ep` is closing: its operations with every peer node fail; the senders
+    /// of messages it was pulling are told (FIN flagged NO_ENDPOINT), so that they fail too
+    /// instead of waiting. The sessions stay: the node's other endpoints use them.
+    pub(super) fn fail_endpoint_ops(&mut self, ep: u16) {
+        let mine = |e: &Self, id: ReqId| e.reqs.get(id).is_some_and(|r| r.ep == ep);
+        for p in 0..self.peers.len() {
+            if !self.peers[p].waiting_on_peer() && self.peers[p].msgs.waiting.is_empty() {
+                continue;
+            }
+            let m = &self.peers[p].msgs;
+            let mut sends: Vec<ReqId> = m.sends.values().copied().collect();
+            sends.extend(m.waiting.iter().copied());
+            sends.retain(|&id| mine(self, id));
+            let pulls: Vec<(u32, ReqId)> = m
+                .pulls
+                .iter()
+                .map(|(&k, &v)| (k, v))
+                .filter(|&(_, id)| mine(self, id))
+                .collect();
+            if let Some(ie) = self.peers[p].msgs.in_eager.as_mut()
+                && let EagerTarget::Req(id) = ie.target
+                && self.reqs.get(id).is_some_and(|r| r.ep == ep)
+            {
+                ie.target = EagerTarget::Discard;
+                sends.push(id);
+            }
+            sends.sort_unstable_by_key(|r| r.as_u64());
+            sends.dedup();
+            for id in sends {
+                self.finish(id, Err(Error::EndpointClosed));
+            }
+            for (msg_id, id) in pulls {
+                self.peers[p].msgs.pulls.remove(&msg_id);
+                self.finish(id, Err(Error::EndpointClosed));
+                self.refuse_msg(p, msg_id);
+            }
+        }
+    }
+
+    /// Tells the sender of message `msg_id` over peer `p` that no endpoint here takes it.
+    pub(super) fn refuse_msg(&mut self, p: usize, msg_id: u32) {
+        self.stats.drop_no_endpoint += 1;
+        if self.peers[p].conn.state == PeerState::Connected {
+            let mut d = super::stream::TxDesc::new(Kind::Fin, msg_id);
+            d.flags = wire::FLAG_NO_ENDPOINT;
+            self.peers[p].stream.pending.push_back(d);
+            self.mark_active(p);
+        }
     }
 }

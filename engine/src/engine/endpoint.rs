@@ -1,12 +1,11 @@
-//! Local endpoints: each with its session (new at every open) and its queues of posted
-//! receives and unexpected messages, both in arrival order (MPI's matching order).
+//! Local endpoints: each with its queues of posted receives and unexpected messages, both in
+//! arrival order (MPI's matching order). Sessions are the node's (see peer.rs).
 
 use super::types::{Error, ReqId};
 use std::collections::VecDeque;
 
 #[derive(Debug)]
 pub(super) struct Endpoint {
-    pub(super) session: u32,
     pub(super) posted: VecDeque<ReqId>,
     /// Keys into the unexpected store.
     pub(super) unexpected: VecDeque<u64>,
@@ -52,10 +51,9 @@ impl Endpoints {
         Ok(id as u16)
     }
 
-    /// Opens free id `id` (from [`Endpoints::free_id`]) with `session`.
-    pub(super) fn open(&mut self, id: u16, session: u32) {
+    /// Opens free id `id` (from [`Endpoints::free_id`]).
+    pub(super) fn open(&mut self, id: u16) {
         self.0[id as usize] = Some(Endpoint {
-            session,
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
         });

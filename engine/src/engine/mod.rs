@@ -29,7 +29,6 @@ mod version;
 
 pub use types::{Completion, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendMode};
 
-use crate::addr::EndpointAddr;
 use crate::config::Config;
 use crate::copy::{CopyEngine, CopyError};
 use crate::fasthash::FastMap as HashMap;
@@ -42,13 +41,23 @@ use request::Requests;
 use std::collections::VecDeque;
 use stream::TxDesc;
 
+/// A random non-zero session (0 means "not known yet" on the wire).
+fn new_session(rng: &mut rand::rngs::SmallRng) -> u32 {
+    use rand::Rng;
+    rng.gen_range(1..=u32::MAX)
+}
+
 /// The protocol engine for one node: any number of local endpoints over one link.
 pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     cfg: Config,
     mac: MacAddr,
     eps: Endpoints,
+    /// This node's random session, new with every engine: a peer that sees it change knows
+    /// this node restarted and its earlier operations are lost.
+    session: u32,
+    /// Remote nodes: one reliable session each, whatever the number of ranks on either side.
     peers: Vec<Peer<L::Frame>>,
-    peer_index: HashMap<(u16, EndpointAddr), usize>,
+    peer_index: HashMap<MacAddr, usize>,
     /// Peers with frames to send or acks owed.
     active: Vec<usize>,
     /// Peers with anything timed (a connect, frames unacknowledged, an ack due, operations
@@ -99,9 +108,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         use rand::SeedableRng;
         cfg.max_frame = cfg.max_frame.min(link_max_frame);
         cfg.validate()?;
+        let mut rng = rand::rngs::SmallRng::from_entropy();
         Ok(Engine {
             cfg,
             mac,
+            session: new_session(&mut rng),
             eps: Endpoints::default(),
             peers: Vec::new(),
             peer_index: HashMap::default(),
@@ -120,7 +131,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             tx: Vec::new(),
             resets: Vec::new(),
             acked: Vec::new(),
-            rng: rand::rngs::SmallRng::from_entropy(),
+            rng,
             last_timer_scan: 0,
             last_reclaim: 0,
             now: 0,
@@ -143,10 +154,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mac
     }
 
-    /// Seeds the session generator (tests want reproducible runs).
+    /// Seeds the session generator (tests want reproducible runs); the node's session is
+    /// drawn again from it. Call before any traffic.
     pub fn seed(&mut self, seed: u64) {
         use rand::SeedableRng;
         self.rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        self.session = new_session(&mut self.rng);
     }
 
     /// One non-blocking step: rx burst → demux → protocol → tx burst → timers → copy
@@ -224,8 +237,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Peers known, and the bytes of engine memory they hold: each peer's state and queue
     /// buffers (by capacity) and its entry in the peer table.
     pub fn peer_memory(&self) -> (usize, usize) {
-        let index =
-            self.peer_index.capacity() * (std::mem::size_of::<((u16, EndpointAddr), usize)>() + 1);
+        let index = self.peer_index.capacity() * (std::mem::size_of::<(MacAddr, usize)>() + 1);
         let peers = self.peers.iter().map(Peer::bytes).sum::<usize>()
             + (self.peers.capacity() - self.peers.len()) * std::mem::size_of::<Peer<L::Frame>>();
         (self.peers.len(), peers + index)

@@ -1,11 +1,16 @@
-//! One peer (a remote endpoint as seen from one local endpoint), in the parts each layer
-//! owns: the connection ([`Conn`], conn.rs), the reliable stream ([`Stream`], stream.rs), eager
-//! credit ([`Credit`], credit.rs) and the messages in flight ([`Msgs`], proto/).
+//! One peer: a remote NODE (its agent), shared by every local and remote endpoint that talk
+//! to each other over it, in the parts each layer owns: the connection ([`Conn`], conn.rs), the
+//! reliable stream ([`Stream`], stream.rs), eager credit ([`Credit`], credit.rs) and the
+//! messages in flight ([`Msgs`], proto/). Open-MX keeps a session per partner node and EMP a
+//! MAC and two sequence numbers per remote host: reliability, sessions and credit scale with the
+//! nodes, not with the ranks (1,000 nodes x 64 ranks are 1,000 peers here, not 64,000). What
+//! MPI matching needs of a rank pair — the endpoints and the sender's rank — rides in every
+//! message's header, and message ids are per node, so nothing is kept per pair of ranks.
 
 use super::stream::{Stream, TxDesc};
 use super::types::ReqId;
-use crate::addr::EndpointAddr;
 use crate::fasthash::FastMap as HashMap;
+use crate::wire::MacAddr;
 use std::collections::VecDeque;
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -15,7 +20,7 @@ pub(super) enum PeerState {
     Connected,
 }
 
-/// The connection: handshake state, the peer's session and what it negotiated.
+/// The connection: handshake state, the peer node's session and what it negotiated.
 #[derive(Debug)]
 pub(super) struct Conn {
     pub(super) state: PeerState,
@@ -99,6 +104,8 @@ impl Credit {
 pub(super) enum EagerTarget {
     Req(ReqId),
     Store(u64),
+    /// Addressed to an endpoint not open here: the fragments are dropped, the credit released.
+    Discard,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -109,7 +116,8 @@ pub(super) struct InEager {
     pub(super) target: EagerTarget,
 }
 
-/// The messages in flight with the peer, by message id.
+/// The messages in flight with the peer node, by message id (one id space per node pair and
+/// direction: a message's fragments are contiguous in the node's stream).
 #[derive(Debug)]
 pub(super) struct Msgs {
     pub(super) next_msg_id: u32,
@@ -125,8 +133,7 @@ pub(super) struct Msgs {
 
 #[derive(Debug)]
 pub(super) struct Peer<F> {
-    pub(super) ep: u16,
-    pub(super) addr: EndpointAddr,
+    pub(super) mac: MacAddr,
     /// In the engine's `active` list (so marking is O(1)).
     pub(super) in_active: bool,
     /// In the engine's `armed` list: the timers visit it.
@@ -138,10 +145,9 @@ pub(super) struct Peer<F> {
 }
 
 impl<F> Peer<F> {
-    pub(super) fn new(ep: u16, addr: EndpointAddr, frag: usize) -> Self {
+    pub(super) fn new(mac: MacAddr, frag: usize) -> Self {
         Peer {
-            ep,
-            addr,
+            mac,
             in_active: false,
             in_armed: false,
             conn: Conn {

@@ -51,7 +51,9 @@ impl RecvReq {
 
 #[derive(Debug)]
 pub(super) struct SendReq {
+    /// The peer node, and the endpoint on it the message is for.
     pub(super) peer: usize,
+    pub(super) dst_ep: u16,
     pub(super) msg_id: u32,
     pub(super) buf: BufRef,
     pub(super) bits: u64,

@@ -1,11 +1,10 @@
 //! The receive path: a burst of frames from the link, each parsed, checked against this node's
-//! endpoints and sessions, and dispatched — handshake frames to conn.rs, acks to the stream,
+//! peer nodes and sessions, and dispatched — handshake frames to conn.rs, acks to the stream,
 //! sequenced frames through the stream's ordering to the message protocol (proto/).
 
 use super::Engine;
 use super::peer::PeerState;
 use super::stream::Arrival;
-use crate::addr::EndpointAddr;
 use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
@@ -33,7 +32,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         burst
     }
 
-    /// Demux: which endpoint, which peer, which incarnation of each.
+    /// Demux: which peer node, which incarnation of it. Endpoints are the message layer's
+    /// business (proto/): the session is the node's.
     fn on_frame(&mut self, f: L::Frame, now: u64) {
         let r = match Frame::new_checked(f.as_ref()).and_then(|fr| Repr::parse(&fr)) {
             Ok(r) => r,
@@ -51,38 +51,30 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_not_ours += 1;
             return;
         }
-        let Ok(e) = self.eps.get(r.dst_ep) else {
-            self.stats.drop_no_endpoint += 1;
-            return;
-        };
-        let my_session = e.session;
-        let from = EndpointAddr::new(r.src_mac, r.src_ep);
+        let from = r.src_mac;
         let kind = r.kind.expect("parsed");
         match kind {
             Kind::Connect => self.on_connect(r, from, f.as_ref(), now),
-            Kind::ConnectAck => self.on_connect_ack(r, from, my_session, f.as_ref(), now),
-            Kind::Reset => self.on_reset(r, from, my_session),
+            Kind::ConnectAck => self.on_connect_ack(r, from, f.as_ref(), now),
+            Kind::Reset => self.on_reset(r, from),
             _ => {
                 // A compact frame names both sessions by one tag: checked against the
                 // connection below, and never answered with a Reset (it does not say whom
                 // to address; its retransmission carries the full header and will be).
                 let small = kind == Kind::Small;
-                let Some(&p) = self.peer_index.get(&(r.dst_ep, from)) else {
+                if !small && r.dst_session != self.session {
+                    // Addressed to an earlier incarnation of this node: tell the sender.
                     self.stats.drop_stale += 1;
-                    if !small && r.dst_session != my_session {
-                        self.send_reset(r, my_session);
-                    }
-                    return;
-                };
-                if !small && r.dst_session != my_session {
-                    // Addressed to an earlier incarnation of this endpoint: tell the sender.
-                    self.stats.drop_stale += 1;
-                    self.send_reset(r, my_session);
+                    self.send_reset(r);
                     return;
                 }
+                let Some(&p) = self.peer_index.get(&from) else {
+                    self.stats.drop_stale += 1;
+                    return;
+                };
                 let conn = &self.peers[p].conn;
                 let same = if small {
-                    r.tag == wire::session_tag(conn.remote_session, my_session)
+                    r.tag == wire::session_tag(conn.remote_session, self.session)
                 } else {
                     conn.remote_session == r.src_session
                 };

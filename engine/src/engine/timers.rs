@@ -57,9 +57,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             PeerState::Idle => return,
             PeerState::Connecting => {
                 if now.saturating_sub(peer.conn.connect_first) > timeout {
-                    let a = peer.addr;
                     self.stats.peer_timeouts += 1;
-                    self.reset_peer(p, Error::PeerUnreachable(a));
+                    self.reset_peer(p, Error::PeerUnreachable);
                 }
                 return;
             }
@@ -95,9 +94,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             dead = true;
         }
         if dead {
-            let a = peer.addr;
             self.stats.peer_timeouts += 1;
-            self.reset_peer(p, Error::PeerUnreachable(a));
+            self.reset_peer(p, Error::PeerUnreachable);
         } else if any {
             self.mark_active(p);
         }

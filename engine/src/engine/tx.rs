@@ -70,17 +70,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         sent
     }
 
-    /// The header of a frame of `kind` to peer `p`, carrying this side's ack and credit.
+    /// The header of a frame of `kind` to peer node `p`, carrying this side's ack and credit.
+    /// The endpoints are filled in per message (`emit_desc`).
     fn header(&self, p: usize, kind: Kind) -> Repr {
         let peer = &self.peers[p];
-        let session = self.eps.get(peer.ep).map_or(0, |e| e.session);
         Repr {
-            dst_mac: peer.addr.mac,
+            dst_mac: peer.mac,
             src_mac: self.mac,
             kind: Some(kind),
-            dst_ep: peer.addr.ep,
-            src_ep: peer.ep,
-            src_session: session,
+            src_session: self.session,
             dst_session: peer.conn.remote_session,
             ack: peer.stream.rcv_next,
             credit: peer.credit.released,
@@ -224,10 +222,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mut src = None;
         if let Some(id) = d.req
             && let Some(Req {
+                ep,
                 kind: ReqKind::Send(s),
-                ..
             }) = self.reqs.get(id)
         {
+            h.src_ep = *ep;
+            h.dst_ep = s.dst_ep;
             h.match_bits = s.bits;
             h.src_rank = s.rank;
             if matches!(d.kind, Kind::Eager | Kind::Small | Kind::PullData) {

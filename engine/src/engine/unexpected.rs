@@ -9,6 +9,7 @@ use crate::matching::MatchSpec;
 #[derive(Debug)]
 pub(super) struct Unexp {
     pub(super) ep: u16,
+    /// The peer node it came from.
     pub(super) peer: usize,
     pub(super) msg_id: u32,
     pub(super) info: MsgInfo,

@@ -48,11 +48,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let be16 = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
         let (dst_ep, src_ep) = (be16(DST_EP), be16(SRC_EP));
-        let Ok(e) = self.eps.get(dst_ep) else {
-            return;
-        };
-        let my_session = e.session;
-        let from = EndpointAddr::new(src_mac, src_ep);
+        // Sessions are the node's: the answer names this node's incarnation.
+        let my_session = self.session;
         let theirs = b[VERSION];
         if kind == Kind::Connect {
             let src_session =
@@ -68,9 +65,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 ..Repr::default()
             });
         }
-        if let Some(&p) = self.peer_index.get(&(dst_ep, from)) {
+        if let Some(&p) = self.peer_index.get(&src_mac) {
             self.stats.peer_version_mismatch += 1;
-            self.reset_peer(p, Error::WireVersion(from, theirs));
+            self.reset_peer(p, move |a: EndpointAddr| Error::WireVersion(a, theirs));
         }
     }
 }

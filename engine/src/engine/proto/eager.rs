@@ -62,6 +62,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.release_credit(p, eager_cost(r.total), sync, r.msg_id);
                 }
             }
+            EagerTarget::Discard => {
+                if last {
+                    self.release_credit(p, eager_cost(r.total), false, r.msg_id);
+                }
+            }
             EagerTarget::Store(u) => {
                 let Some(x) = self.unex.get_mut(u) else {
                     return true;
@@ -81,9 +86,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// in the store. `false`: the store is full.
     fn start_eager(&mut self, p: usize, r: &Repr, sync: bool) -> bool {
         self.peers[p].credit.last_eager_rx = self.now;
-        let ep = self.peers[p].ep;
+        let ep = r.dst_ep;
         let info = self.msg_info(p, r);
-        let target = if let Some(id) = self.take_posted(ep, info) {
+        let target = if self.eps.get(ep).is_err() {
+            self.refuse_msg(p, r.msg_id);
+            EagerTarget::Discard
+        } else if let Some(id) = self.take_posted(ep, info) {
             self.reqs.recv_mut(id).expect("posted").state = RecvState::Eager;
             EagerTarget::Req(id)
         } else {

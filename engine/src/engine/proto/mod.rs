@@ -112,18 +112,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         msg_id: u32,
         news: Kind,
     ) -> bool {
-        let (from, ep) = (self.peers[p].addr, self.peers[p].ep);
-        if from.mac != self.mac {
+        // This node's own peer entry is both the sender's and the receiver's side.
+        if self.peers[p].mac != self.mac {
             return false;
         }
-        // The sender's view of this pair: its endpoint, talking to ours.
-        let Some(&q) = self
-            .peer_index
-            .get(&(from.ep, EndpointAddr::new(self.mac, ep)))
-        else {
-            return false;
-        };
-        let Some(&id) = self.peers[q].msgs.sends.get(&msg_id) else {
+        let Some(&id) = self.peers[p].msgs.sends.get(&msg_id) else {
             return false;
         };
         let Some(s) = self.reqs.send_mut(id) else {
@@ -145,7 +138,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::Pull => self.on_pull(p, &r),
             Kind::PullData => self.on_pull_data(p, r, f),
             Kind::Matched => self.on_matched(p, r.msg_id),
-            Kind::Fin => self.on_fin(p, r.msg_id),
+            Kind::Fin => self.on_fin(p, &r),
             Kind::Grant => self.on_grant(p, &r),
             Kind::GrantReturn => self.on_grant_return(p, &r),
             Kind::Connect
@@ -158,10 +151,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         true
     }
 
-    /// What a message from peer `p` with header `r` reports to its receiver.
+    /// What a message from peer node `p` with header `r` reports to its receiver.
     fn msg_info(&self, p: usize, r: &Repr) -> MsgInfo {
         MsgInfo {
-            source: self.peers[p].addr,
+            source: EndpointAddr::new(self.peers[p].mac, r.src_ep),
             src_rank: r.src_rank,
             match_bits: r.match_bits,
             len: r.total,

@@ -6,7 +6,7 @@ use crate::copy::CopyEngine;
 use crate::engine::Engine;
 use crate::engine::request::RecvState;
 use crate::engine::stream::TxDesc;
-use crate::engine::types::{Outcome, ReqId};
+use crate::engine::types::{Error, Outcome, ReqId};
 use crate::engine::unexpected::Unexp;
 use crate::link::Link;
 use crate::wire::{self, Kind, Repr};
@@ -18,7 +18,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if r.flags & wire::FLAG_NO_CREDIT != 0 {
             self.grow_grant(p);
         }
-        let ep = self.peers[p].ep;
+        let ep = r.dst_ep;
+        if self.eps.get(ep).is_err() {
+            self.refuse_msg(p, r.msg_id);
+            return true;
+        }
         let info = self.msg_info(p, r);
         if let Some(id) = self.take_posted(ep, info) {
             self.start_pull(p, r.msg_id, id, r.total);
@@ -219,11 +223,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.maybe_finish_pull(id);
     }
 
-    /// The receiver has the whole message: the send completes.
-    pub(super) fn on_fin(&mut self, p: usize, msg_id: u32) {
-        if let Some(&id) = self.peers[p].msgs.sends.get(&msg_id)
-            && let Some(s) = self.reqs.send_mut(id)
-        {
+    /// The receiver has the whole message: the send completes. Flagged NO_ENDPOINT: no
+    /// endpoint there takes it, and the send fails.
+    pub(super) fn on_fin(&mut self, p: usize, r: &Repr) {
+        let Some(&id) = self.peers[p].msgs.sends.get(&r.msg_id) else {
+            return;
+        };
+        if r.flags & wire::FLAG_NO_ENDPOINT != 0 {
+            let to = self.remote_of(id, self.peers[p].mac);
+            self.finish(id, Err(Error::PeerRestarted(to)));
+        } else if let Some(s) = self.reqs.send_mut(id) {
             s.fin = true;
             self.try_finish_send(id);
         }
