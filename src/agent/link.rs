@@ -236,10 +236,7 @@ impl PortLink {
         };
         match u.encap.encap(b, now) {
             Tx::Send => {
-                let (ip, udp) = u.encap.offloads();
-                if ip || udp {
-                    m.offload_ipv4_udp_checksums(ip, udp);
-                }
+                mark_offloads(&u.encap, &mut m);
                 self.tx.push(m);
             }
             Tx::Unresolved { next_hop, request } => {
@@ -279,10 +276,7 @@ impl PortLink {
                 let b = m.data_mut().expect("held tx mbuf is unique");
                 match u.encap.encap(b, now) {
                     Tx::Send => {
-                        let (ip, udp) = u.encap.offloads();
-                        if ip || udp {
-                            m.offload_ipv4_udp_checksums(ip, udp);
-                        }
+                        mark_offloads(&u.encap, &mut m);
                         self.tx.push(m);
                     }
                     _ => u.unresolved_drops += 1,
@@ -293,6 +287,14 @@ impl PortLink {
                 u.held.push_back((hop, since, m));
             }
         }
+    }
+}
+
+/// Asks the NIC for the checksums the encapsulation left to it (where the port offloads them).
+fn mark_offloads(encap: &UdpEncap, m: &mut Mbuf) {
+    let (ip, udp) = encap.offloads();
+    if ip || udp {
+        m.offload_ipv4_udp_checksums(ip, udp);
     }
 }
 
