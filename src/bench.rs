@@ -336,6 +336,7 @@ fn run_tigon(
         // A shared machine can starve an agent for seconds; this run measures speed, not how
         // soon a dead peer is detected (the tests do that).
         agent_args: vec!["--peer-timeout-ms".into(), "30000".into()],
+        layout: crate::fabric::LayoutKind::Auto,
     };
     let cluster = match Cluster::start(&opts) {
         Ok(c) => c,

@@ -285,6 +285,7 @@ fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
         mtu: 9000,
         wire: a.wire,
         agent_args: Vec::new(),
+        layout: crate::fabric::LayoutKind::Auto,
     };
     let cluster = Cluster::start(&opts)?;
     let t_out = cluster.dir.join("np-tigon.out");

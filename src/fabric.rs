@@ -43,6 +43,88 @@ fn node_ip(fabric: FabricKind, i: usize) -> (String, Option<String>) {
     }
 }
 
+/// Where the emulated nodes' engines run (`tigon run --layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutKind {
+    /// `dedicated` with a spare core per node for an engine and at least one for the ranks
+    /// (2 × nodes CPUs), else `shared`.
+    Auto,
+    /// One agent process hosts every node's engine in one busy poll loop on CPU 0; the ranks
+    /// run on the other CPUs, yielding while they wait.
+    Shared,
+    /// One agent per node: each busy-polling its own CPU when the machine has a CPU per
+    /// node and one more for the ranks; with fewer, the agents share the CPUs with the ranks
+    /// and sleep when idle (`--idle yield`).
+    Dedicated,
+}
+
+/// The layout a cluster runs: its kind, whether the engines busy-poll, and their CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub kind: LayoutKind,
+    pub spin: bool,
+    /// The CPU of each node's engine.
+    pub lcores: Vec<usize>,
+    /// The CPUs the ranks may use (all of them when the engines share the ranks' CPUs).
+    pub rank_cpus: Vec<usize>,
+}
+
+impl Layout {
+    /// The layout `kind` gives `nodes` nodes on `cpus` CPUs.
+    pub fn choose(kind: LayoutKind, nodes: usize, cpus: usize) -> Layout {
+        let cpus = cpus.max(1);
+        let kind = match kind {
+            LayoutKind::Auto if cpus >= 2 * nodes => LayoutKind::Dedicated,
+            LayoutKind::Auto => LayoutKind::Shared,
+            k => k,
+        };
+        let all: Vec<usize> = (0..cpus).collect();
+        match kind {
+            LayoutKind::Shared => Layout {
+                kind,
+                spin: cpus > 1,
+                lcores: vec![0; nodes],
+                rank_cpus: if cpus > 1 { all[1..].to_vec() } else { all },
+            },
+            _ if cpus > nodes => Layout {
+                kind,
+                spin: true,
+                lcores: (0..nodes).collect(),
+                rank_cpus: all[nodes..].to_vec(),
+            },
+            _ => Layout {
+                kind,
+                spin: false,
+                lcores: (0..nodes).map(|i| i % cpus).collect(),
+                rank_cpus: all,
+            },
+        }
+    }
+
+    /// One line for people: which layout runs, where.
+    pub fn describe(&self) -> String {
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let idle = if self.spin {
+            "busy-polling"
+        } else {
+            "sleeping when idle"
+        };
+        match self.kind {
+            LayoutKind::Shared => format!(
+                "layout shared: one agent runs the {} nodes' engines in one poll loop on CPU {}                  ({idle}); ranks on CPUs {}",
+                self.lcores.len(),
+                self.lcores[0],
+                list(&self.rank_cpus)
+            ),
+            _ => format!(
+                "layout dedicated: one agent per node, engines on CPUs {} ({idle}); ranks on CPUs {}",
+                list(&self.lcores),
+                list(&self.rank_cpus)
+            ),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ClusterOpts {
     pub nodes: usize,
@@ -55,6 +137,8 @@ pub struct ClusterOpts {
     pub wire: WireKind,
     /// Extra agent options.
     pub agent_args: Vec<String>,
+    /// Where the engines run.
+    pub layout: LayoutKind,
 }
 
 /// One emulated node.
@@ -65,7 +149,8 @@ pub struct Node {
     pub lcore: usize,
     /// The namespace and nft chain of the `--loss` rule on this node's frames.
     loss: Option<(String, String)>,
-    agent: Option<Child>,
+    /// The agent process serving it (an index into the cluster's agents).
+    agent: usize,
 }
 
 impl Node {
@@ -106,6 +191,9 @@ enum Wire {
 pub struct Cluster {
     pub dir: PathBuf,
     pub nodes: Vec<Node>,
+    pub layout: Layout,
+    /// The agent processes: one per node, or one for all with the shared layout.
+    agents: Vec<Option<Child>>,
     /// `tcpdump` writing what crosses the middle of the fabric (`--capture`).
     capture: Option<Child>,
     /// The namespace in the middle (bridge or router), where captures are taken.
@@ -210,9 +298,12 @@ impl Cluster {
         let tag = unique_tag();
         let dir = std::env::temp_dir().join(format!("tigon-run-{tag}"));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut c = Cluster {
             dir: dir.clone(),
             nodes: Vec::new(),
+            layout: Layout::choose(o.layout, o.nodes, cpus),
+            agents: Vec::new(),
             capture: None,
             middle: None,
             routed: o.fabric == FabricKind::Routed,
@@ -226,8 +317,9 @@ impl Cluster {
                 let sock = dir.join("memif.sock");
                 for i in 0..o.nodes {
                     let role = if i == 0 { "server" } else { "client" };
+                    // Device names are per process: distinct, so one agent can host both.
                     ports.push((
-                        format!("net_memif0,role={role},socket={}", sock.display()),
+                        format!("net_memif{i},role={role},socket={}", sock.display()),
                         None,
                     ));
                 }
@@ -310,71 +402,73 @@ impl Cluster {
                 };
             }
         }
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        for (i, (port, ns)) in ports.into_iter().enumerate() {
-            let socket = dir.join(format!("agent{i}.sock"));
-            let log = dir.join(format!("agent{i}.log"));
-            let mut cmd = match &ns {
-                Some(ns) => {
-                    let mut k = Command::new("ip");
-                    k.args(["netns", "exec", ns]).arg(&exe);
-                    k
+        let sockets: Vec<PathBuf> = (0..ports.len())
+            .map(|i| dir.join(format!("agent{i}.sock")))
+            .collect();
+        if c.layout.kind == LayoutKind::Shared {
+            // One agent, every node in its poll loop; each node's port in its namespace.
+            let mut nodes = Vec::new();
+            for (i, (port, ns)) in ports.iter().enumerate() {
+                let mut n = serde_json::json!({ "port": port, "socket": sockets[i] });
+                if let Some(ns) = ns {
+                    n["netns"] = ns.as_str().into();
                 }
-                None => Command::new(&exe),
-            };
-            cmd.arg("agent")
-                .args([
-                    "--port",
-                    &port,
-                    "--lcore",
-                    &(i % cpus).to_string(),
-                    "--idle",
-                    "yield",
-                    "--mtu",
-                    &o.mtu.to_string(),
-                ])
-                .arg("--socket")
-                .arg(&socket);
+                if o.dma {
+                    n["dma"] = format!("dma_skeleton{i}").into();
+                }
+                if o.wire == WireKind::Udp {
+                    let (addr, gw) = node_ip(o.fabric, i);
+                    n["wire"] = "udp".into();
+                    n["ip"] = addr.into();
+                    if let Some(gw) = gw {
+                        n["gateway"] = gw.into();
+                    }
+                }
+                nodes.push(n);
+            }
+            let cfg = dir.join("agent.json");
+            std::fs::write(&cfg, serde_json::json!({ "nodes": nodes }).to_string())
+                .map_err(|e| format!("{}: {e}", cfg.display()))?;
+            let mut args = vec!["--config".to_string(), cfg.display().to_string()];
+            args.extend(c.agent_options(o, 0));
+            let log = dir.join("agent.log");
+            c.spawn_agent(None, &args, &log)?;
+            for (i, socket) in sockets.into_iter().enumerate() {
+                c.nodes.push(Node {
+                    socket,
+                    log: log.clone(),
+                    lcore: c.layout.lcores[i],
+                    loss: loss[i].take(),
+                    agent: 0,
+                });
+            }
+            for i in 0..c.nodes.len() {
+                c.wait_ready(i)?;
+            }
+            return Ok(c);
+        }
+        for (i, ((port, ns), socket)) in ports.into_iter().zip(sockets).enumerate() {
+            let log = dir.join(format!("agent{i}.log"));
+            let mut args = vec!["--port".to_string(), port, "--socket".into()];
+            args.push(socket.display().to_string());
             if o.dma {
-                cmd.args(["--dma", "dma_skeleton0"]);
+                args.extend(["--dma".into(), "dma_skeleton0".into()]);
             }
             if o.wire == WireKind::Udp {
                 let (addr, gw) = node_ip(o.fabric, i);
-                cmd.args(["--wire", "udp", "--ip", &addr]);
+                args.extend(["--wire".into(), "udp".into(), "--ip".into(), addr]);
                 if let Some(gw) = gw {
-                    cmd.args(["--gateway", &gw]);
+                    args.extend(["--gateway".into(), gw]);
                 }
             }
-            // The emulated nodes share this machine's cores with the ranks and whatever else
-            // runs: an agent starved for seconds is not a dead peer (the agent's default
-            // timeout, 5 s, aborted jobs on a loaded 2-core machine).
-            if !o
-                .agent_args
-                .iter()
-                .any(|a| a.starts_with("--peer-timeout-ms"))
-            {
-                cmd.args(["--peer-timeout-ms", EMULATED_PEER_TIMEOUT_MS]);
-            }
-            cmd.args(&o.agent_args);
-            // An agent dies with the launcher, even one killed by SIGKILL; in a process group
-            // of its own, a terminal's Ctrl-C reaches only the launcher, which stops the job,
-            // reads the agents' counters and then stops them.
-            tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
-            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-            let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(logf.try_clone().map_err(|e| e.to_string())?)
-                .stderr(logf)
-                .spawn()
-                .map_err(|e| format!("starting agent {i}: {e}"))?;
+            args.extend(c.agent_options(o, i));
+            let agent = c.spawn_agent(ns.as_deref(), &args, &log)?;
             c.nodes.push(Node {
                 socket,
                 log,
-                lcore: i % cpus,
+                lcore: c.layout.lcores[i],
                 loss: loss[i].take(),
-                agent: Some(child),
+                agent,
             });
             // memif: the server must be listening before the client connects.
             if i == 0 {
@@ -385,6 +479,64 @@ impl Cluster {
             c.wait_ready(i)?;
         }
         Ok(c)
+    }
+
+    /// The options of node `i`'s agent that the layout and `o` decide.
+    fn agent_options(&self, o: &ClusterOpts, i: usize) -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            "--lcore".into(),
+            self.layout.lcores[i].to_string(),
+            "--idle".into(),
+            if self.layout.spin { "spin" } else { "yield" }.into(),
+            "--mtu".into(),
+            o.mtu.to_string(),
+        ];
+        // The emulated nodes share this machine's cores with the ranks and whatever else
+        // runs: an agent starved for seconds is not a dead peer (the agent's default
+        // timeout, 5 s, aborted jobs on a loaded 2-core machine).
+        if !o
+            .agent_args
+            .iter()
+            .any(|a| a.starts_with("--peer-timeout-ms"))
+        {
+            v.extend(["--peer-timeout-ms".into(), EMULATED_PEER_TIMEOUT_MS.into()]);
+        }
+        v.extend(o.agent_args.iter().cloned());
+        v
+    }
+
+    /// Starts `tigon agent ARGS` (inside namespace `ns`), logging to `log`; returns its index.
+    fn spawn_agent(
+        &mut self,
+        ns: Option<&str>,
+        args: &[String],
+        log: &Path,
+    ) -> Result<usize, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let i = self.agents.len();
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut k = Command::new("ip");
+                k.args(["netns", "exec", ns]).arg(&exe);
+                k
+            }
+            None => Command::new(&exe),
+        };
+        cmd.arg("agent").args(args);
+        // An agent dies with the launcher, even one killed by SIGKILL; in a process group
+        // of its own, a terminal's Ctrl-C reaches only the launcher, which stops the job,
+        // reads the agents' counters and then stops them.
+        tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let logf = std::fs::File::create(log).map_err(|e| e.to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().map_err(|e| e.to_string())?)
+            .stderr(logf)
+            .spawn()
+            .map_err(|e| format!("starting agent {i}: {e}"))?;
+        self.agents.push(Some(child));
+        Ok(i)
     }
 
     fn wait_ready(&mut self, i: usize) -> Result<(), String> {
@@ -398,11 +550,12 @@ impl Cluster {
             if tigon_shm::signals::terminating() {
                 return Err("interrupted while the nodes came up".into());
             }
-            if let Some(ch) = self.nodes[i].agent.as_mut()
+            let a = self.nodes[i].agent;
+            if let Some(ch) = self.agents[a].as_mut()
                 && let Ok(Some(st)) = ch.try_wait()
             {
                 let log = std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default();
-                return Err(format!("agent {i} exited ({st}) before serving:\n{log}"));
+                return Err(format!("agent {a} exited ({st}) before serving:\n{log}"));
             }
             if Instant::now() > deadline {
                 return Err(format!(
@@ -416,10 +569,7 @@ impl Cluster {
 
     /// The agents' process ids.
     pub fn agent_pids(&self) -> Vec<u32> {
-        self.nodes
-            .iter()
-            .filter_map(|n| n.agent.as_ref().map(Child::id))
-            .collect()
+        self.agents.iter().flatten().map(Child::id).collect()
     }
 
     /// The processes a job's clean-up must leave running: the agents and the capture.
@@ -431,16 +581,14 @@ impl Cluster {
 
     /// Stops the agents (SIGINT, then SIGKILL after 3 s).
     pub fn stop_agents(&mut self) {
-        for n in &mut self.nodes {
-            if let Some(ch) = &n.agent {
-                let _ = Command::new("kill")
-                    .args(["-INT", &ch.id().to_string()])
-                    .status();
-            }
+        for ch in self.agents.iter().flatten() {
+            let _ = Command::new("kill")
+                .args(["-INT", &ch.id().to_string()])
+                .status();
         }
         let deadline = Instant::now() + Duration::from_secs(3);
-        for n in &mut self.nodes {
-            if let Some(mut ch) = n.agent.take() {
+        for a in &mut self.agents {
+            if let Some(mut ch) = a.take() {
                 while Instant::now() < deadline {
                     if let Ok(Some(_)) = ch.try_wait() {
                         break;

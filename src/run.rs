@@ -8,7 +8,9 @@
 //! its group), which then stops the job, reads the agents' counters and stops the agents.
 
 use crate::cli::{parse_mtu, parse_nodes, parse_np, parse_percent};
-use crate::fabric::{Cluster, ClusterOpts, FabricKind, OMPI_COMPONENT_DIR, WireKind, mtl_dir};
+use crate::fabric::{
+    Cluster, ClusterOpts, FabricKind, LayoutKind, OMPI_COMPONENT_DIR, WireKind, mtl_dir,
+};
 use clap::Args;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -51,6 +53,11 @@ pub struct RunArgs {
     /// Extra agent options (repeatable), e.g. --agent-arg=--peer-timeout-ms=30000.
     #[arg(long = "agent-arg", allow_hyphen_values = true)]
     pub agent_args: Vec<String>,
+    /// Where the nodes' engines run: shared (one agent, every node's engine in one busy
+    /// poll loop on CPU 0, ranks on the other CPUs), dedicated (an agent per node, each on
+    /// its own CPU), or auto: dedicated when the machine has 2 CPUs per node, else shared.
+    #[arg(long, value_enum, default_value_t = LayoutKind::Auto)]
+    pub layout: LayoutKind,
     /// When the job ends (also on failure or Ctrl-C), print each agent's counters to stderr
     /// before the agents stop: one line `tigon run: agent I stats: JSON` per agent (the JSON
     /// of `tigon stats`), and with --loss `tigon run: node I loss rule dropped N frames`.
@@ -72,6 +79,7 @@ const VALUE_OPTS: &[&str] = &[
     "--nodes",
     "--fabric",
     "--wire",
+    "--layout",
     "--loss",
     "--mtu",
     "--np",
@@ -182,10 +190,11 @@ pub fn mpirun_command(
             .arg(&exe)
             .arg("rank-exec")
             .args(["--owner", &std::process::id().to_string()]);
-        // Keep a node's ranks off its own agent's core, as on a real node: a rank that
-        // shares it is preempted by its engine on every request it makes (measured here:
-        // an 8-byte MPI_Isend 18 us on the same core, 3.3 us on the other one).
-        if let Some(cpus) = cpus_except(node.lcore) {
+        // Keep the ranks off busy engines' cores, and a node's ranks off its own agent's
+        // core, as on a real node: a rank that shares it is preempted by its engine on every
+        // request it makes (measured here: an 8-byte MPI_Isend 18 us on the same core,
+        // 3.3 us on the other one).
+        if let Some(cpus) = rank_cpus(cluster, node.lcore) {
             cmd.args(["--cpus", &cpus]);
         }
         cmd.arg("--").args(program);
@@ -196,11 +205,17 @@ pub fn mpirun_command(
     Ok(cmd)
 }
 
-/// This machine's CPUs but `lcore`, as a list (`0,2,3`); None on a single CPU or with
-/// TIGON_RUN_PIN=0.
-fn cpus_except(lcore: usize) -> Option<String> {
+/// The CPUs of a rank whose agent's engine runs on `lcore`, as a list (`0,2,3`): those the
+/// layout leaves to the ranks when the engines busy-poll, else all but `lcore`. None on a
+/// single CPU or with TIGON_RUN_PIN=0.
+fn rank_cpus(cluster: &Cluster, lcore: usize) -> Option<String> {
     if std::env::var_os("TIGON_RUN_PIN").is_some_and(|v| v == "0") {
         return None;
+    }
+    let l = &cluster.layout;
+    if l.spin && !l.rank_cpus.is_empty() {
+        let v: Vec<String> = l.rank_cpus.iter().map(usize::to_string).collect();
+        return Some(v.join(","));
     }
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
     let others: Vec<String> = (0..n)
@@ -341,8 +356,12 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
             WireKind::Ether
         }),
         agent_args: a.agent_args.clone(),
+        layout: a.layout,
     };
     let mut cluster = Cluster::start(&opts)?;
+    if a.stats {
+        eprintln!("tigon run: {}", cluster.layout.describe());
+    }
     if let Some(f) = &a.capture {
         cluster.capture(f)?;
     }

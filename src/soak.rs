@@ -223,6 +223,7 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
         mtu: 9000,
         wire: crate::fabric::WireKind::Ether,
         agent_args: Vec::new(),
+        layout: crate::fabric::LayoutKind::Auto,
     })?;
     let bin = compile(&cluster.dir)?;
     let agents = cluster.agent_pids();

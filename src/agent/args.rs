@@ -94,6 +94,21 @@ pub struct AgentArgs {
     /// Extra EAL arguments, passed through.
     #[arg(long, allow_hyphen_values = true)]
     pub eal: Option<Vec<String>>,
+    /// Open the port inside this network namespace (a name of `ip netns`): for emulated nodes
+    /// on veth in namespaces [default: the agent's own namespace].
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Host one more node's engine in this agent's poll loop (repeatable): a JSON object of
+    /// the per-node options (port, socket, mtu, wire, ip, ...), e.g. --node
+    /// '{"port":"net_memif1,role=client,socket=/tmp/m.sock","socket":"/tmp/b.sock"}'. Each
+    /// node gets its own port, address, control socket, pools and stats; all share the
+    /// --lcore. Unset options come from the top level [default: one node, the top level's].
+    #[arg(long = "node", value_name = "JSON")]
+    #[serde(skip)]
+    pub node: Vec<String>,
+    /// In the --config file: the nodes this agent hosts, as a list of such objects.
+    #[arg(skip)]
+    pub nodes: Option<Vec<AgentArgs>>,
     /// A JSON file with any of these options, keys as the option names without `--`
     /// (command-line options win) [default: none].
     #[arg(long)]
@@ -135,7 +150,9 @@ impl AgentArgs {
             gateway,
             udp_port,
             no_huge,
-            eal
+            eal,
+            netns,
+            nodes
         );
         Ok(self)
     }
@@ -146,6 +163,8 @@ impl AgentArgs {
 pub struct Settings {
     /// The port's devargs.
     pub devargs: String,
+    /// The network namespace the port is opened in (None: the agent's own).
+    pub netns: Option<String>,
     pub socket: PathBuf,
     /// The engine's CPU.
     pub lcore: u32,
@@ -441,8 +460,20 @@ impl AgentArgs {
             n_data: 256,
             data_size: cfg.rndv_threshold.max(16 * 1024) as u32,
         };
+        let netns = a.netns.clone();
+        if let Some(ns) = &netns
+            && !ns.contains('/')
+            && !std::path::Path::new("/run/netns").join(ns).exists()
+        {
+            return bad(
+                "netns",
+                ns,
+                "a network namespace that exists (`ip netns list`; create it with `ip netns add`)",
+            );
+        }
         Ok(Settings {
             devargs,
+            netns,
             socket,
             lcore,
             mtu,

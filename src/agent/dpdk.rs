@@ -1,9 +1,11 @@
-//! Bringing up DPDK for the agent: the EAL on the engine's lcore, the mbuf pools, the port
-//! (with what its driver needs at the chosen MTU) and the optional dmadev; and registering
+//! Bringing up DPDK for the agent: the EAL on the engine's lcore, and for each node it hosts
+//! the mbuf pools, the port (in the node's network namespace, with what its driver needs at
+//! the chosen MTU) and the optional dmadev; and registering
 //! client channels with DPDK so the dmadev may write them.
 
 use super::args::{AgentArgs, Settings};
 use super::link::PortLink;
+use super::nodes::NodePlan;
 use std::path::Path;
 use tigon_engine::channel::Channel;
 use tigon_engine::{Link, MacAddr};
@@ -12,29 +14,68 @@ use tigon_pmd::{
     PortConfig,
 };
 
-/// What the engine runs on.
+/// What the engines run on: one EAL, and per node its port and dmadev.
 pub struct Dataplane {
     pub eal: Eal,
+    pub nodes: Vec<NodePlane>,
+}
+
+/// One node's share of the dataplane.
+pub struct NodePlane {
     pub link: PortLink,
     pub mac: MacAddr,
     pub dma: Option<DmaDev>,
 }
 
-/// Initialises the EAL and opens the port and dmadev `a` and `s` name.
-pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
-    let eal = start_eal(a, s)?;
+/// Initialises the EAL and opens each node's port and dmadev.
+pub fn bring_up(nodes: &[NodePlan]) -> Result<Dataplane, String> {
+    let eal = start_eal(nodes)?;
+    let mut planes = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        let plane = open_node(&eal, i, &n.args, &n.settings).map_err(|e| {
+            if nodes.len() > 1 {
+                format!("node {i}: {e}")
+            } else {
+                e
+            }
+        })?;
+        planes.push(plane);
+    }
+    Ok(Dataplane { eal, nodes: planes })
+}
+
+/// Node `i`'s pools, port (opened in its network namespace) and dmadev.
+fn open_node(eal: &Eal, i: usize, a: &AgentArgs, s: &Settings) -> Result<NodePlane, String> {
     let room = if s.mtu > 1500 {
         JUMBO_DATA_ROOM
     } else {
         DEFAULT_DATA_ROOM
     };
-    let rx_pool = Mempool::new(&eal, "tigon_rx", 8191, room).map_err(|e| e.to_string())?;
-    let tx_pool = Mempool::new(&eal, "tigon_tx", 8191, room).map_err(|e| e.to_string())?;
-    let port = open_port(&eal, &rx_pool, &s.devargs, s.mtu, s.udp.is_some())?;
+    // Pool names are per process: the first node keeps the names a single-node agent had.
+    let name = |what: &str| {
+        if i == 0 {
+            format!("tigon_{what}")
+        } else {
+            format!("tigon_{what}{i}")
+        }
+    };
+    let rx_pool = Mempool::new(eal, &name("rx"), 8191, room).map_err(|e| e.to_string())?;
+    let tx_pool = Mempool::new(eal, &name("tx"), 8191, room).map_err(|e| e.to_string())?;
+    let port = {
+        // A socket stays in the namespace it was made in: af_packet's, made at probe time,
+        // serves the node's namespace after this thread has returned to its own.
+        let _ns = match &s.netns {
+            Some(ns) => {
+                Some(tigon_shm::netns::NetnsGuard::enter(ns).map_err(|e| format!("--netns: {e}"))?)
+            }
+            None => None,
+        };
+        open_port(eal, &rx_pool, &s.devargs, s.mtu, s.udp.is_some())?
+    };
     let (ip_offload, udp_offload) = port.checksum_offloads();
     let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
     let dma = match &a.dma {
-        Some(d) => Some(DmaDev::open(&eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
+        Some(d) => Some(DmaDev::open(eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
         None => None,
     };
     let mut link = PortLink::new(port, tx_pool, mac, s.max_frame());
@@ -62,17 +103,14 @@ pub fn bring_up(a: &AgentArgs, s: &Settings) -> Result<Dataplane, String> {
     }
     // The engine's name for this node: the MAC, or with --wire udp its IP address and port.
     let mac = link.node_addr();
-    Ok(Dataplane {
-        eal,
-        link,
-        mac,
-        dma,
-    })
+    Ok(NodePlane { link, mac, dma })
 }
 
-/// The EAL, on the engine's lcore, scanning only the buses the port and dmadev need.
-fn start_eal(a: &AgentArgs, s: &Settings) -> Result<Eal, String> {
+/// The EAL, on the engine's lcore, scanning only the buses the ports and dmadevs need.
+fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
+    let (a, s) = (&nodes[0].args, &nodes[0].settings);
     let lcore = s.lcore;
+    let dmas: Vec<&str> = nodes.iter().filter_map(|n| n.args.dma.as_deref()).collect();
     let mut b = Eal::builder()
         .lcores(lcore.to_string())
         .main_lcore(lcore)
@@ -84,20 +122,20 @@ fn start_eal(a: &AgentArgs, s: &Settings) -> Result<Eal, String> {
             Hugepages::Auto
         })
         .log_level("*:warning");
-    if a.dma.is_some() {
+    if !dmas.is_empty() {
         b = b.iova_mode(IovaMode::Va);
     }
     // A vdev port needs no PCI scan (which would also grab the host's own NIC).
     let pci = |d: &str| d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_");
-    if !pci(&s.devargs) && !a.dma.as_deref().is_some_and(pci) {
+    if !nodes.iter().any(|n| pci(&n.settings.devargs)) && !dmas.iter().any(|d| pci(d)) {
         b = b.no_pci(true);
     }
     // A software dmadev (dma_skeleton) is a vdev to create; IOAT / DSA devices are found by
     // the bus scans.
-    if let Some(d) = &a.dma
-        && device_name(d).starts_with("dma_")
-    {
-        b = b.vdev(d.clone());
+    for d in dmas {
+        if device_name(d).starts_with("dma_") {
+            b = b.vdev(d.to_string());
+        }
     }
     if let Some(extra) = &a.eal {
         b = b.args(extra.clone());

@@ -2,12 +2,12 @@
 //! engine (rx burst → demux → protocol → tx burst → timers → copy completions), serves the
 //! clients' rings, takes the control thread's commands, and sleeps when there is nothing to do.
 
-use super::args::{AgentArgs, Settings};
 use super::control::Cmd;
 use super::copy::AgentCopy;
 use super::dpdk;
 use super::idle::{self, Idle};
 use super::link::PortLink;
+use super::nodes::NodePlan;
 use super::notify;
 use super::serve::Served;
 use super::stats::{self, LoopGaps};
@@ -31,51 +31,73 @@ pub struct ToControl<'a> {
     pub bell: &'a EventFd,
 }
 
-/// Runs the engine until the agent is told to stop (SIGTERM / SIGINT).
-pub fn run(a: &AgentArgs, s: &Settings, control: ToControl<'_>) -> Result<(), String> {
-    let dp = dpdk::bring_up(a, s)?;
-    let dma_threshold = s.dma_threshold;
-    if dp.dma.is_some() && dma_threshold > s.mtu as usize {
-        // The dmadev copies one received frame's payload at a time.
-        log::warn!(
-            "--dma-threshold {dma_threshold} exceeds the MTU ({}): the dmadev will copy \
-             nothing (use --mtu 9000 or a lower --dma-threshold)",
-            s.mtu
+/// Runs the engines of `nodes` (one per node, each with its control thread's channels) in one
+/// loop until the agent is told to stop (SIGTERM / SIGINT).
+pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), String> {
+    let dp = dpdk::bring_up(nodes)?;
+    let shared = &nodes[0].settings;
+    let mut served_nodes = Vec::with_capacity(nodes.len());
+    for ((plan, plane), control) in nodes.iter().zip(dp.nodes).zip(controls) {
+        let s = &plan.settings;
+        if plane.dma.is_some() && s.dma_threshold > s.mtu as usize {
+            // The dmadev copies one received frame's payload at a time.
+            log::warn!(
+                "--dma-threshold {} exceeds the MTU ({}): the dmadev will copy nothing (use \
+                 --mtu 9000 or a lower --dma-threshold)",
+                s.dma_threshold,
+                s.mtu
+            );
+        }
+        let copy = AgentCopy::new(plane.dma, s.dma_threshold);
+        let eng = Engine::new(s.engine.clone(), plane.mac, plane.link.max_frame(), copy)?;
+        log::info!(
+            "tigon agent: port {} ({}), mtu {}, lcore {}, socket {}, dma {}, idle {}",
+            s.devargs,
+            plane.mac,
+            s.mtu,
+            s.lcore,
+            s.socket.display(),
+            plan.args.dma.as_deref().unwrap_or("none"),
+            if s.spin { "spin" } else { "yield" }
+        );
+        served_nodes.push(NodeLoop {
+            eng,
+            link: plane.link,
+            served: Served::default(),
+            control,
+        });
+    }
+    let idle = Idle::new(shared);
+    if !shared.spin {
+        idle::share_core(shared.nice);
+    }
+    let layout = Layout {
+        nodes: nodes.len(),
+        lcore: shared.lcore,
+        idle: if shared.spin { "spin" } else { "yield" },
+    };
+    if nodes.len() > 1 {
+        log::info!(
+            "tigon agent: {} nodes on lcore {}, one poll loop",
+            nodes.len(),
+            shared.lcore
         );
     }
-    let copy = AgentCopy::new(dp.dma, dma_threshold);
-    let eng = Engine::new(s.engine.clone(), dp.mac, dp.link.max_frame(), copy)?;
-    log::info!(
-        "tigon agent: port {} ({}), mtu {}, lcore {}, socket {}, dma {}, idle {}",
-        s.devargs,
-        dp.mac,
-        s.mtu,
-        s.lcore,
-        s.socket.display(),
-        a.dma.as_deref().unwrap_or("none"),
-        if s.spin { "spin" } else { "yield" }
-    );
-    let idle = Idle::new(s);
-    if !s.spin {
-        idle::share_core(s.nice);
-    }
-    // Serving from here on: the control thread listens and this loop answers it. Under
+    // Serving from here on: the control threads listen and this loop answers them. Under
     // systemd (Type=notify) `systemctl start` returns now.
     notify::tell(&format!(
         "READY=1\nSTATUS=serving {} on {}",
-        s.socket.display(),
-        s.devargs
+        shared.socket.display(),
+        shared.devargs
     ));
     let now = Instant::now();
     EngineLoop {
         eal: dp.eal,
-        eng,
-        link: dp.link,
-        served: Served::default(),
-        control,
-        spin: s.spin,
+        nodes: served_nodes,
+        layout,
+        spin: shared.spin,
         idle,
-        // The link's own descriptors to sleep on: af_packet's sockets (memif has none DPDK
+        // The links' own descriptors to sleep on: af_packet's sockets (memif has none DPDK
         // exposes; a sleeping engine then polls it every `--idle-poll-us`).
         wire_fds: tigon_shm::wake::packet_sockets(),
         t0: now,
@@ -91,16 +113,31 @@ pub fn run(a: &AgentArgs, s: &Settings, control: ToControl<'_>) -> Result<(), St
     Ok(())
 }
 
-struct EngineLoop<'a> {
-    eal: Eal,
+/// What `tigon stats` says of how the agent runs: how many nodes share its loop, on which
+/// core, and how it idles.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Layout {
+    pub nodes: usize,
+    pub lcore: u32,
+    pub idle: &'static str,
+}
+
+/// One node's engine, its port, its clients and its control thread.
+struct NodeLoop<'a> {
     eng: Engine<PortLink, AgentCopy>,
     link: PortLink,
     served: Served,
     control: ToControl<'a>,
+}
+
+struct EngineLoop<'a> {
+    eal: Eal,
+    nodes: Vec<NodeLoop<'a>>,
+    layout: Layout,
     spin: bool,
     idle: Idle,
     wire_fds: Vec<OwnedFd>,
-    /// The engine's clock starts here.
+    /// The engines' clock starts here.
     t0: Instant,
     /// Clock and thread CPU time at the start of the last iteration.
     last_iter: u64,
@@ -118,8 +155,11 @@ impl EngineLoop<'_> {
     fn run(&mut self) {
         loop {
             let now = self.start_iteration();
-            let mut work = self.poll_engine(now);
-            work += self.serve_clients();
+            let mut work = 0;
+            for i in 0..self.nodes.len() {
+                work += self.poll_engine(i, now);
+                work += self.serve_clients(i);
+            }
             self.loops = self.loops.wrapping_add(1);
             if work == 0 || self.loops.is_multiple_of(64) {
                 work += self.take_commands();
@@ -138,12 +178,12 @@ impl EngineLoop<'_> {
         }
     }
 
-    /// Nanoseconds on the engine's clock.
+    /// Nanoseconds on the engines' clock.
     fn clock(&self) -> u64 {
         self.t0.elapsed().as_nanos() as u64
     }
 
-    /// The engine's time now, noting the gap since the last iteration.
+    /// The engines' time now, noting the gap since the last iteration.
     ///
     /// The thread's CPU time is a real system call (CLOCK_THREAD_CPUTIME_ID, ~0.6 us here,
     /// against 24 ns for the vDSO's monotonic clock): it was read on every pass, ~11 times
@@ -167,60 +207,74 @@ impl EngineLoop<'_> {
         now
     }
 
-    /// Frames in, protocol, frames out, timers, copy completions.
-    fn poll_engine(&mut self, now: u64) -> usize {
-        let work = self.eng.poll(&mut self.link, now);
-        let spent = self.clock().saturating_sub(now) / 1000;
-        self.gaps.max_poll_us = self.gaps.max_poll_us.max(spent);
-        work
-    }
-
-    /// Clients' requests to the engine, the engine's completions to the clients; the control
-    /// thread hears of clients disconnected meanwhile.
-    fn serve_clients(&mut self) -> usize {
-        let t = self.clock();
-        let work = self.served.requests(&mut self.eng, REQUEST_BURST)
-            + self.served.completions(&mut self.eng);
-        let spent = self.clock().saturating_sub(t) / 1000;
-        self.gaps.max_serve_us = self.gaps.max_serve_us.max(spent);
-        for (client, _) in self.served.evicted.drain(..) {
-            let _ = self.control.evicted.send(client);
+    /// Node `i`'s frames in, protocol, frames out, timers, copy completions.
+    fn poll_engine(&mut self, i: usize, now: u64) -> usize {
+        let n = &mut self.nodes[i];
+        let work = n.eng.poll(&mut n.link, now);
+        if work > 0 {
+            let spent = self.clock().saturating_sub(now) / 1000;
+            self.gaps.max_poll_us = self.gaps.max_poll_us.max(spent);
         }
         work
     }
 
-    /// The control thread's commands: attach, detach, stats.
+    /// Node `i`'s clients' requests to its engine, the engine's completions to the clients;
+    /// the node's control thread hears of clients disconnected meanwhile.
+    fn serve_clients(&mut self, i: usize) -> usize {
+        let t = self.clock();
+        let n = &mut self.nodes[i];
+        let work = n.served.requests(&mut n.eng, REQUEST_BURST) + n.served.completions(&mut n.eng);
+        for (client, _) in n.served.evicted.drain(..) {
+            let _ = n.control.evicted.send(client);
+        }
+        if work > 0 {
+            let spent = self.clock().saturating_sub(t) / 1000;
+            self.gaps.max_serve_us = self.gaps.max_serve_us.max(spent);
+        }
+        work
+    }
+
+    /// The control threads' commands: attach, detach, stats.
     fn take_commands(&mut self) -> usize {
         let t = self.clock();
-        let mut n = 0;
-        while let Ok(c) = self.control.cmds.try_recv() {
-            n += 1;
-            match c {
-                Cmd::Attach { ch, pid, reply } => {
-                    let ext = dpdk::register(&self.eal, &ch);
-                    let r = self
-                        .served
-                        .attach(&mut self.eng, ch, pid, ext)
-                        .map(|(client, addr)| (client, self.link.addr_text(addr)));
-                    let _ = reply.send(r);
-                }
-                Cmd::Detach { client } => self.served.detach(&mut self.eng, client),
-                Cmd::Stats { reply } => {
-                    let _ =
-                        reply.send(stats::json(&self.eng, &self.served, &self.link, &self.gaps));
+        let mut count = 0;
+        for n in &mut self.nodes {
+            while let Ok(c) = n.control.cmds.try_recv() {
+                count += 1;
+                match c {
+                    Cmd::Attach { ch, pid, reply } => {
+                        let ext = dpdk::register(&self.eal, &ch);
+                        let r = n
+                            .served
+                            .attach(&mut n.eng, ch, pid, ext)
+                            .map(|(client, addr)| (client, n.link.addr_text(addr)));
+                        let _ = reply.send(r);
+                    }
+                    Cmd::Detach { client } => n.served.detach(&mut n.eng, client),
+                    Cmd::Stats { reply } => {
+                        let _ = reply.send(stats::json(
+                            &n.eng,
+                            &n.served,
+                            &n.link,
+                            &self.gaps,
+                            &self.layout,
+                        ));
+                    }
                 }
             }
         }
         let spent = self.clock().saturating_sub(t) / 1000;
         self.gaps.max_cmds_us = self.gaps.max_cmds_us.max(spent);
-        n
+        count
     }
 
     /// Every 50 ms, bumps each channel's heartbeat (clients watch it to tell a live agent).
     fn beat(&mut self) {
         if self.last_beat.elapsed() >= Duration::from_millis(50) {
             self.last_beat = Instant::now();
-            self.served.beat();
+            for n in &self.nodes {
+                n.served.beat();
+            }
         }
     }
 
@@ -230,44 +284,61 @@ impl EngineLoop<'_> {
         if tigon_shm::signals::terminating() && self.shutdown_at.is_none() {
             log::info!("tigon agent: shutting down");
             notify::tell("STOPPING=1");
-            self.served.set_state(STATE_SHUTDOWN);
+            for n in &self.nodes {
+                n.served.set_state(STATE_SHUTDOWN);
+            }
             self.shutdown_at = Some(Instant::now());
         }
+        let pending: usize = self.nodes.iter().map(|n| n.eng.pending_ops()).sum();
         self.shutdown_at.is_some_and(|t| {
             t.elapsed() >= Duration::from_millis(200)
-                || self.eng.pending_ops() == 0 && t.elapsed() >= Duration::from_millis(20)
+                || pending == 0 && t.elapsed() >= Duration::from_millis(20)
         })
     }
 
-    /// Sleeps until a client rings, a frame arrives on a link that can wake us, or the
+    /// Sleeps until a client rings, a frame arrives on a link that can wake us, or an
     /// engine's next timer.
     fn sleep(&mut self) {
         let wait = self.sleep_budget();
-        if !wait.is_zero() && !self.served.set_asleep(true) {
-            let mut fds = [self.control.bell.fd().as_fd(); 4];
-            let n = 1 + self.wire_fds.len().min(3);
-            for (slot, f) in fds[1..n].iter_mut().zip(&self.wire_fds) {
-                *slot = f.as_fd();
-            }
+        // Every node's clients must see the engine asleep before it sleeps (so that they
+        // ring), and none may have a request waiting.
+        let mut busy = false;
+        for n in &self.nodes {
+            busy |= n.served.set_asleep(true);
+        }
+        if !wait.is_zero() && !busy {
+            let mut fds: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|n| n.control.bell.fd().as_fd())
+                .collect();
+            fds.extend(self.wire_fds.iter().map(|f| f.as_fd()));
             let t = Instant::now();
-            tigon_shm::wake::poll_readable(&fds[..n], wait);
+            tigon_shm::wake::poll_readable(&fds, wait);
             self.gaps.max_sleep_us = self.gaps.max_sleep_us.max(t.elapsed().as_micros() as u64);
             self.gaps.sleeps += 1;
         }
-        self.served.set_asleep(false);
-        self.control.bell.drain();
+        for n in &self.nodes {
+            n.served.set_asleep(false);
+            n.control.bell.drain();
+        }
     }
 
     /// How long the engine may sleep.
     fn sleep_budget(&self) -> Duration {
-        let wait = Duration::from_nanos(self.eng.sleep_budget_ns(self.clock())).min(self.idle.max);
+        let now = self.clock();
+        let mut wait = self.idle.max;
+        let mut pending = 0;
+        for n in &self.nodes {
+            wait = wait.min(Duration::from_nanos(n.eng.sleep_budget_ns(now)));
+            pending += n.eng.pending_ops();
+        }
         // A link that cannot wake us is polled at `--idle-poll-us` while operations are in
         // flight and for a second after the last work: a peer's eager messages may arrive
         // before any receive is posted, and left in the ring they would wait out the long
         // sleep (measured: 4 ms Waitalls and the sender's timeouts firing).
-        if self.wire_fds.is_empty()
-            && (self.eng.pending_ops() > 0 || self.last_work.elapsed() < Duration::from_secs(1))
-        {
+        let deaf = self.wire_fds.len() < self.nodes.len();
+        if deaf && (pending > 0 || self.last_work.elapsed() < Duration::from_secs(1)) {
             wait.min(self.idle.poll)
         } else {
             wait

@@ -17,6 +17,7 @@ mod engine_loop;
 mod idle;
 mod link;
 mod memory;
+mod nodes;
 mod notify;
 mod ops;
 mod serve;
@@ -31,43 +32,88 @@ use std::sync::{Arc, mpsc};
 
 pub fn run(args: AgentArgs) -> Result<(), String> {
     let a = args.merge()?;
-    let s = a.settings()?;
+    let nodes = nodes::plan(&a)?;
     tigon_shm::signals::install().map_err(|e| format!("signal handlers: {e}"))?;
-    // The control thread starts before DPDK pins this thread to the engine's lcore.
-    let listener = bind(&s.socket)?;
-    let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
-    let (evict_tx, evict_rx) = mpsc::channel::<u64>();
-    let bell = Arc::new(
-        tigon_shm::wake::EventFd::new().map_err(|e| format!("the agent's doorbell: {e}"))?,
-    );
-    let control = Control {
-        bell: bell.clone(),
-        listener,
-        allow_uids: s.allow_uids.clone(),
-        geometry: s.geometry,
-        eager_limit: s.engine.rndv_threshold as u64,
-        hugetlb: !s.no_huge,
-        cmds: cmd_tx,
-        evicted: evict_rx,
-    };
-    let control = std::thread::Builder::new()
-        .name("tigon-control".into())
-        .spawn(move || control.run(tigon_shm::signals::terminating))
-        .map_err(|e| e.to_string())?;
-
-    let result = engine_loop::run(
-        &a,
-        &s,
-        ToControl {
-            cmds: cmd_rx,
-            evicted: evict_tx,
-            bell: &bell,
-        },
-    );
-    tigon_shm::signals::request_termination();
-    let _ = control.join();
-    let _ = std::fs::remove_file(&s.socket);
+    // The control threads start before DPDK pins this thread to the engine's lcore: one per
+    // node, each on its node's socket with its own doorbell.
+    let mut up = Up::default();
+    let mut ends = Vec::new();
+    for n in &nodes {
+        let s = &n.settings;
+        let listener = match bind(&s.socket) {
+            Ok(l) => l,
+            Err(e) => {
+                up.stop();
+                return Err(e);
+            }
+        };
+        up.sockets.push(s.socket.clone());
+        let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
+        let (evict_tx, evict_rx) = mpsc::channel::<u64>();
+        let bell = match tigon_shm::wake::EventFd::new() {
+            Ok(b) => Arc::new(b),
+            Err(e) => {
+                up.stop();
+                return Err(format!("the agent's doorbell: {e}"));
+            }
+        };
+        let control = Control {
+            bell: bell.clone(),
+            listener,
+            allow_uids: s.allow_uids.clone(),
+            geometry: s.geometry,
+            eager_limit: s.engine.rndv_threshold as u64,
+            hugetlb: !s.no_huge,
+            cmds: cmd_tx,
+            evicted: evict_rx,
+        };
+        match std::thread::Builder::new()
+            .name("tigon-control".into())
+            .spawn(move || control.run(tigon_shm::signals::terminating))
+        {
+            Ok(t) => up.threads.push(t),
+            Err(e) => {
+                up.stop();
+                return Err(e.to_string());
+            }
+        }
+        ends.push((cmd_rx, evict_tx));
+        up.bells.push(bell);
+    }
+    let controls = ends
+        .into_iter()
+        .zip(&up.bells)
+        .map(|((cmds, evicted), bell)| ToControl {
+            cmds,
+            evicted,
+            bell,
+        })
+        .collect();
+    let result = engine_loop::run(&nodes, controls);
+    up.stop();
     result
+}
+
+/// What the agent has set up around its engine loop, taken down by [`Up::stop`].
+#[derive(Default)]
+struct Up {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// The sockets this agent bound (and only those: never another agent's).
+    sockets: Vec<std::path::PathBuf>,
+    bells: Vec<Arc<tigon_shm::wake::EventFd>>,
+}
+
+impl Up {
+    /// Stops the control threads and removes the sockets.
+    fn stop(&mut self) {
+        tigon_shm::signals::request_termination();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        for s in self.sockets.drain(..) {
+            let _ = std::fs::remove_file(s);
+        }
+    }
 }
 
 fn bind(socket: &Path) -> Result<UnixListener, String> {

@@ -2,6 +2,7 @@
 //! clients, the engine's counters, copies, the link, and where the engine loop's time goes.
 
 use super::copy::AgentCopy;
+use super::engine_loop::Layout;
 use super::link::PortLink;
 use super::serve::Served;
 use tigon_engine::Engine;
@@ -47,6 +48,7 @@ pub fn json(
     served: &Served,
     link: &PortLink,
     gaps: &LoopGaps,
+    layout: &Layout,
 ) -> serde_json::Value {
     let s = &eng.stats;
     let c = eng.copy_engine();
@@ -75,6 +77,7 @@ pub fn json(
         "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts, "version_mismatch": s.peer_version_mismatch },
         "link": link.stats(),
         "engine_loop": gaps,
+        "layout": layout,
         "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
     })
 }

@@ -5,6 +5,7 @@
 //!
 //! Every `unsafe` block of the channel lives here, next to the check that makes it sound.
 
+pub mod netns;
 pub mod perf;
 pub mod process;
 pub mod region;

@@ -96,14 +96,14 @@ impl EventFd {
     }
 }
 
-/// Waits until one of `fds` (at most 8) is readable or `timeout` passes (nanosecond
+/// Waits until one of `fds` (at most 64) is readable or `timeout` passes (nanosecond
 /// resolution, unlike epoll_wait). Returns whether any was readable.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> bool {
     let mut p = [libc::pollfd {
         fd: -1,
         events: 0,
         revents: 0,
-    }; 8];
+    }; 64];
     let n = fds.len().min(p.len());
     for (slot, fd) in p.iter_mut().zip(fds) {
         slot.fd = fd.as_raw_fd();
