@@ -111,7 +111,7 @@ impl Layout {
         };
         match self.kind {
             LayoutKind::Shared => format!(
-                "layout shared: one agent runs the {} nodes' engines in one poll loop on CPU {}                  ({idle}); ranks on CPUs {}",
+                "layout shared: one agent runs the {} nodes' engines in one poll loop on CPU {} ({idle}); ranks on CPUs {}",
                 self.lcores.len(),
                 self.lcores[0],
                 list(&self.rank_cpus)

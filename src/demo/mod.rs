@@ -1,11 +1,14 @@
 //! `tigon demo`: NetPIPE (`NPopenmpi`) between two emulated nodes over tigon, and over Open
-//! MPI's TCP path, side by side: latency at 1, 8 and 64 B and bandwidth at 64 KiB, 1 MiB and
-//! 4 MiB.
+//! MPI's TCP path (loopback, and between two network namespaces over veth) and vader (the
+//! one-host bound), interleaved runs side by side with medians and ratios ([`netpipe`]).
 //!
 //! `tigon demo --ports`: the port-level demo. Two processes exchange a checked stream of
 //! frames of assorted sizes over a net_memif pair, then two processes in two network
 //! namespaces do the same over a veth pair through net_af_packet; prints frames/s, Gbit/s
 //! and lost frames for each fabric.
+
+mod netpipe;
+mod peers;
 
 use std::time::Duration;
 
@@ -37,6 +40,13 @@ pub struct DemoArgs {
     /// Largest frame (bytes, <= 9000).
     #[arg(long, default_value_t = 9000)]
     pub max: usize,
+    /// NetPIPE: runs of each transport, interleaved (tigon, tcp loopback, tcp veth, vader,
+    /// then again); the table shows medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
+    /// NetPIPE: where the emulated nodes' engines run (see `tigon run --layout`).
+    #[arg(long, value_enum, default_value_t = crate::fabric::LayoutKind::Auto)]
+    pub layout: crate::fabric::LayoutKind,
 }
 
 /// Arguments both ends of a stream share.
@@ -155,7 +165,7 @@ pub fn run(a: DemoArgs) -> Result<i32, String> {
     let r = if a.ports {
         ports_demo(&a)
     } else {
-        netpipe_demo(&a)
+        netpipe::demo(&a)
     };
     if tigon_shm::signals::terminating() {
         eprintln!("tigon demo: interrupted");
@@ -198,188 +208,5 @@ fn ports_demo(a: &DemoArgs) -> Result<(), String> {
             Ok(_) => {}
         }
     }
-    Ok(())
-}
-
-/// One NetPIPE result line: message size, Mbit/s, one-way time in seconds.
-#[derive(Debug, Clone, Copy)]
-pub struct NpPoint {
-    pub bytes: usize,
-    pub mbps: f64,
-    pub secs: f64,
-}
-
-/// Reads NetPIPE's `-o` output.
-pub fn parse_netpipe(text: &str) -> Vec<NpPoint> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some(NpPoint {
-                bytes: f.next()?.parse().ok()?,
-                mbps: f.next()?.parse().ok()?,
-                secs: f.next()?.parse().ok()?,
-            })
-        })
-        .collect()
-}
-
-fn at(points: &[NpPoint], bytes: usize) -> Option<NpPoint> {
-    points.iter().copied().find(|p| p.bytes == bytes)
-}
-
-/// Runs one NetPIPE job (its output into `out`, mpirun's into `out`.log), as `tigon run`
-/// waits for its jobs: stopped on Ctrl-C / SIGTERM, no rank left behind.
-fn run_netpipe(
-    mut cmd: std::process::Command,
-    out: &std::path::Path,
-    what: &str,
-    keep: &[u32],
-) -> Result<Vec<NpPoint>, String> {
-    eprintln!("{what} ...");
-    let log = out.with_extension("log");
-    let f = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let f2 = f.try_clone().map_err(|e| e.to_string())?;
-    let mut child = cmd
-        .stdin(std::process::Stdio::null())
-        .stdout(f)
-        .stderr(f2)
-        .spawn()
-        .map_err(|e| format!("{what}: {e} (install openmpi-bin, netpipe-openmpi)"))?;
-    let st = crate::run::wait_job(&mut child, keep)?;
-    if tigon_shm::signals::terminating() {
-        return Err(format!("{what}: interrupted"));
-    }
-    if !st.success() {
-        return Err(format!(
-            "{what} failed ({st}):\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        ));
-    }
-    let text =
-        std::fs::read_to_string(out).map_err(|e| format!("{what}: {}: {e}", out.display()))?;
-    let pts = parse_netpipe(&text);
-    if pts.is_empty() {
-        return Err(format!("{what}: NetPIPE wrote no results"));
-    }
-    Ok(pts)
-}
-
-fn netpipe_demo(a: &DemoArgs) -> Result<(), String> {
-    use crate::fabric::{Cluster, ClusterOpts};
-    let np_args = |out: &std::path::Path| -> Vec<String> {
-        ["NPopenmpi", "-u", &a.upper.to_string(), "-p", "0", "-o"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([out.display().to_string()])
-            .collect()
-    };
-    println!(
-        "tigon demo: NetPIPE between two emulated nodes ({:?}), over tigon and over Open MPI's TCP path",
-        a.fabric
-    );
-    let opts = ClusterOpts {
-        nodes: 2,
-        fabric: a.fabric,
-        loss: 0,
-        dma: false,
-        mtu: 9000,
-        wire: a.wire,
-        agent_args: Vec::new(),
-        layout: crate::fabric::LayoutKind::Auto,
-    };
-    let cluster = Cluster::start(&opts)?;
-    let t_out = cluster.dir.join("np-tigon.out");
-    let cmd = crate::run::mpirun_command(&cluster, 2, &[], &np_args(&t_out))?;
-    let keep = cluster.agent_pids();
-    let tigon = run_netpipe(cmd, &t_out, "NetPIPE over tigon (pml cm, mtl tigon)", &keep);
-    if tigon_shm::signals::terminating() {
-        return Err("interrupted".into());
-    }
-    let stats = tigon_client::agent_stats(&cluster.nodes[0].socket).ok();
-    let tcp_out = cluster.dir.join("np-tcp.out");
-    let mut cmd = std::process::Command::new("mpirun");
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "-np",
-        "2",
-    ])
-    .args([
-        "--mca",
-        "pml",
-        "ob1",
-        "--mca",
-        "btl",
-        "self,tcp",
-        "--mca",
-        "btl_tcp_if_include",
-        "lo",
-    ])
-    .args(["--mca", "mpi_yield_when_idle", "1"])
-    // Each rank dies with mpirun, as under `tigon run`.
-    .arg(std::env::current_exe().map_err(|e| format!("locating tigon: {e}"))?)
-    .args([
-        "rank-exec",
-        "--owner",
-        &std::process::id().to_string(),
-        "--",
-    ])
-    .args(np_args(&tcp_out));
-    tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
-    let tcp = run_netpipe(cmd, &tcp_out, "NetPIPE over ob1/tcp (loopback)", &keep);
-    let (tigon, tcp) = (tigon?, tcp?);
-    drop(cluster);
-    println!();
-    println!(
-        "{:<22} {:>14} {:>14} {:>8}",
-        "", "tigon", "ob1/tcp", "ratio"
-    );
-    for b in [1usize, 8, 64] {
-        let (x, y) = (at(&tigon, b), at(&tcp, b));
-        let f = |p: Option<NpPoint>| p.map_or("-".into(), |p| format!("{:.2} us", p.secs * 1e6));
-        let r = match (x, y) {
-            (Some(x), Some(y)) => format!("{:.2}", x.secs / y.secs),
-            _ => "-".into(),
-        };
-        println!(
-            "{:<22} {:>14} {:>14} {:>8}",
-            format!("latency {b} B"),
-            f(x),
-            f(y),
-            r
-        );
-    }
-    for b in [64 << 10, 1 << 20, 4 << 20] {
-        if b > a.upper {
-            continue;
-        }
-        let (x, y) = (at(&tigon, b), at(&tcp, b));
-        let f = |p: Option<NpPoint>| p.map_or("-".into(), |p| format!("{:.0} Mb/s", p.mbps));
-        let r = match (x, y) {
-            (Some(x), Some(y)) => format!("{:.2}", x.mbps / y.mbps),
-            _ => "-".into(),
-        };
-        let label = if b >= 1 << 20 {
-            format!("bandwidth {} MiB", b >> 20)
-        } else {
-            format!("bandwidth {} KiB", b >> 10)
-        };
-        println!("{:<22} {:>14} {:>14} {:>8}", label, f(x), f(y), r);
-    }
-    println!(
-        "(latency: NetPIPE's one-way time, ratio < 1 is better for tigon; bandwidth: ratio > 1 is better)"
-    );
-    if let Some(s) = stats {
-        println!(
-            "agent 0: {} frames sent, {} received, {} retransmits",
-            s["frames"]["tx"], s["frames"]["rx"], s["retransmits"]
-        );
-    }
-    println!(
-        "reproduce: make demo   (or: tigon run -np 2 -- NPopenmpi -u {} -p 0)",
-        a.upper
-    );
     Ok(())
 }
