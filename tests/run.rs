@@ -279,6 +279,47 @@ fn memif_jobs_and_exit_status() {
     assert_clean(&e);
 }
 
+/// The layouts: on a machine with fewer than 2 CPUs per node the default runs every node's
+/// engine in one agent on CPU 0 (`--layout shared`), busy-polling, and says so; `--layout
+/// dedicated` runs an agent per node. Frames cross the wire between the nodes either way
+/// (each node's port counts them), and both carry the job.
+#[test]
+fn layouts_shared_and_dedicated() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let prog = program("p2p_basic");
+    let p = prog.to_str().unwrap();
+    for layout in ["auto", "shared", "dedicated"] {
+        let e = tigon_run(&["--stats", "--layout", layout, "-np", "2", "--", p], JOB);
+        e.assert_ok("p2p_basic");
+        assert_traffic(&e, 2);
+        let shared = layout == "shared" || layout == "auto" && cpus < 4;
+        let line = if shared {
+            "tigon run: layout shared: one agent runs the 2 nodes' engines in one poll loop on CPU 0"
+        } else {
+            "tigon run: layout dedicated: one agent per node"
+        };
+        assert!(e.stderr.contains(line), "{layout}: {}", e.text());
+        for (i, s) in e.stats().iter().enumerate() {
+            assert_eq!(num(s, "/layout/nodes"), if shared { 2 } else { 1 }, "{s}");
+            if shared {
+                assert_eq!(s["layout"]["idle"], "spin", "{s}");
+            }
+            // Each node's own port carried its frames, both ways.
+            assert!(
+                num(s, "/port/opackets") > 0 && num(s, "/port/ipackets") > 0,
+                "agent {i}: {s}"
+            );
+        }
+        assert_clean(&e);
+    }
+    let e = tigon_run(&["--layout", "sideways", "--", "true"], JOB);
+    assert!(
+        e.status == Some(2) && e.stderr.contains("invalid value 'sideways' for '--layout"),
+        "{}",
+        e.text()
+    );
+}
+
 /// An all-to-all (every rank sends 4 B, 64 KiB and 1 MiB to every other rank at once) at 12,
 /// 20 and 40 ranks over two nodes: each agent serves hundreds of peers at once (66 at 12
 /// ranks, 780 at 40), more than its store could give the old fixed 4 MiB grant (a 12-rank job
@@ -478,11 +519,15 @@ fn sigint_tears_down() {
     let (job, ranks) = wait_mid_transfer(job, &order, 2);
     // While it runs, the names leftovers() looks for exist (with loss: the nodes' namespaces
     // and the middle one with the bridge): the check below is not vacuous.
+    // The agents: one hosting both nodes with the shared layout (fewer than 2 CPUs per
+    // node), else one per node.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let agents = if cpus < 4 { 1 } else { 2 };
     let up = leftovers(job.pid());
     assert!(
         up.iter().filter(|l| l.starts_with("tg")).count() == 3
-            && up.iter().filter(|l| l.contains(" agent --port ")).count() == 2,
-        "expected the namespaces, veths and two agents of the running job: {up:#?}"
+            && up.iter().filter(|l| l.contains("tigon agent ")).count() == agents,
+        "expected the namespaces, veths and {agents} agent(s) of the running job: {up:#?}"
     );
     signal("INT", job.pid());
     let sent = Instant::now();
