@@ -196,11 +196,14 @@ fn sigkill_takes_every_child_along() {
         let pid = job.pid();
         let (ranks, all) = job.wait_for(&order, 2);
         let cmds = command_lines(&all);
+        // One agent for both nodes with the shared layout (fewer than 2 CPUs per node).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let agents = if cpus < 4 { 1 } else { 2 };
         assert!(
-            cmds.iter().filter(|c| c.contains(" agent --port ")).count() == 2
+            cmds.iter().filter(|c| c.contains(" agent --")).count() == agents
                 && cmds.iter().any(|c| c.contains("mpirun"))
                 && ranks.len() == 2,
-            "expected two agents, mpirun and two ranks under {pid}: {cmds:#?}"
+            "expected {agents} agent(s), mpirun and two ranks under {pid}: {cmds:#?}"
         );
         signal("KILL", &pid.to_string());
         assert_eq!(job.wait(Duration::from_secs(30)), None, "{}", job.output());

@@ -47,7 +47,11 @@ fn short_soak_loses_nothing() {
         nums.len() == 4 && nums[0] > 0 && nums[0] == nums[1] && nums[2] == 0 && nums[3] == 0,
         "{text}"
     );
-    assert_eq!(out.matches(" RSS: start ").count(), 2, "{text}");
+    // One line per agent process: one hosting both nodes with the shared layout (fewer than
+    // 2 CPUs per node), else one per node.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let agents = if cpus < 4 { 1 } else { 2 };
+    assert_eq!(out.matches(" RSS: start ").count(), agents, "{text}");
     // Jobs ended both ways: completed (counted above) and killed (what they received before).
     let completed: u64 = out
         .split(" jobs ran to completion")
