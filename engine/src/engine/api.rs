@@ -98,7 +98,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 fin: false,
             }),
         });
-        self.peers[p].msgs.sends.insert(msg_id, id);
         self.stats.sends_posted += 1;
         match self.peers[p].conn.state {
             // Straight onto the wire queue when nothing waits before it.

@@ -15,7 +15,7 @@ use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr};
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The peer node `mac`, added on first use.
     pub(super) fn peer_for(&mut self, mac: MacAddr) -> usize {
-        if let Some(&p) = self.peer_index.get(&mac) {
+        if let Some(p) = self.find_peer(mac) {
             return p;
         }
         let frag = self.cfg.max_frame - wire::OVERHEAD;
@@ -23,7 +23,20 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let p = self.peers.len() - 1;
         self.peer_index.insert(mac, p);
         self.stats.peers += 1;
+        self.last_peer = p;
         p
+    }
+
+    /// The peer node `mac`, if known: the one last looked up if it is that node (no hash),
+    /// else from the table.
+    #[inline]
+    pub(super) fn find_peer(&mut self, mac: MacAddr) -> Option<usize> {
+        if self.peers.get(self.last_peer).is_some_and(|p| p.mac == mac) {
+            return Some(self.last_peer);
+        }
+        let p = *self.peer_index.get(&mac)?;
+        self.last_peer = p;
+        Some(p)
     }
 
     /// Puts peer `p` on the list the next transmit pass visits.
@@ -149,8 +162,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     pub(super) fn reset_peer(&mut self, p: usize, why: impl Fn(EndpointAddr) -> Error) {
         let peer = &mut self.peers[p];
         let mac = peer.mac;
+        let mut failed: Vec<ReqId> = peer.eager_sends().collect();
         let msgs = &mut peer.msgs;
-        let mut failed: Vec<ReqId> = msgs.waiting.drain(..).collect();
+        failed.extend(msgs.waiting.drain(..));
         failed.extend(msgs.sends.values().copied());
         failed.extend(msgs.pulls.values().copied());
         if let Some(InEager {
@@ -205,11 +219,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     pub(super) fn fail_endpoint_ops(&mut self, ep: u16) {
         let mine = |e: &Self, id: ReqId| e.reqs.get(id).is_some_and(|r| r.ep == ep);
         for p in 0..self.peers.len() {
-            if !self.peers[p].waiting_on_peer() && self.peers[p].msgs.waiting.is_empty() {
+            let peer = &self.peers[p];
+            if !peer.waiting_on_peer()
+                && peer.msgs.waiting.is_empty()
+                && !peer.stream.has_new()
+                && peer.stream.unacked.is_empty()
+            {
                 continue;
             }
-            let m = &self.peers[p].msgs;
-            let mut sends: Vec<ReqId> = m.sends.values().copied().collect();
+            let m = &peer.msgs;
+            let mut sends: Vec<ReqId> = peer.eager_sends().collect();
+            sends.extend(m.sends.values().copied());
             sends.extend(m.waiting.iter().copied());
             sends.retain(|&id| mine(self, id));
             let pulls: Vec<(u32, ReqId)> = m

@@ -58,6 +58,10 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// Remote nodes: one reliable session each, whatever the number of ranks on either side.
     peers: Vec<Peer<L::Frame>>,
     peer_index: HashMap<MacAddr, usize>,
+    /// The peer last looked up by address (a send's or a received frame's): traffic comes in
+    /// runs to and from one node, and a MAC compare is cheaper than hashing it each time.
+    /// Checked against the table, so it never names a wrong peer.
+    last_peer: usize,
     /// Peers with frames to send or acks owed.
     active: Vec<usize>,
     /// Peers with anything timed (a connect, frames unacknowledged, an ack due, operations
@@ -116,6 +120,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             eps: Endpoints::default(),
             peers: Vec::new(),
             peer_index: HashMap::default(),
+            last_peer: 0,
             active: Vec::new(),
             armed: Vec::new(),
             went_idle: VecDeque::new(),
@@ -189,8 +194,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let Some(req) = self.reqs.retire(id) else {
             return;
         };
-        if let Some((peer, msg_id, buf)) = req.send {
-            if let Some(p) = self.peers.get_mut(peer) {
+        if let Some((peer, msg_id, buf, by_id)) = req.send {
+            if by_id && let Some(p) = self.peers.get_mut(peer) {
                 p.msgs.sends.remove(&msg_id);
             }
             self.copy.release(&buf);

@@ -10,7 +10,7 @@
 use super::stream::{Stream, TxDesc};
 use super::types::ReqId;
 use crate::fasthash::FastMap as HashMap;
-use crate::wire::MacAddr;
+use crate::wire::{Kind, MacAddr};
 use std::collections::VecDeque;
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -123,7 +123,9 @@ pub(super) struct Msgs {
     pub(super) next_msg_id: u32,
     /// Messages waiting for the connection, in order.
     pub(super) waiting: VecDeque<ReqId>,
-    /// Sends, until they complete.
+    /// Synchronous and rendezvous sends, until they complete: the receiver names them by
+    /// message id (Matched, Pull, Fin). A standard eager send is not here (no hash on the
+    /// small-message path): its frames' descriptors in the stream name it.
     pub(super) sends: HashMap<u32, ReqId>,
     /// Rendezvous receives pulling from the peer.
     pub(super) pulls: HashMap<u32, ReqId>,
@@ -218,6 +220,17 @@ impl<F> Peer<F> {
             + s.reorder.len() * (size_of::<F>() + size_of::<u32>() + 16)
             + m.waiting.capacity() * size_of::<ReqId>()
             + (m.sends.capacity() + m.pulls.capacity()) * (size_of::<(u32, ReqId)>() + 1)
+    }
+
+    /// The standard eager sends whose frames are queued or unacknowledged (each once per
+    /// frame; the caller dedups).
+    pub(super) fn eager_sends(&self) -> impl Iterator<Item = ReqId> + '_ {
+        let s = &self.stream;
+        s.pending
+            .iter()
+            .chain(s.unacked.iter())
+            .filter(|d| matches!(d.kind, Kind::Eager | Kind::Small))
+            .filter_map(|d| d.req)
     }
 
     /// Operations wait on the peer: sends, pulls, or an eager message half arrived.

@@ -83,8 +83,9 @@ pub(super) struct Req {
 /// What the completion of a retired request needs of it.
 pub(super) struct Retired {
     pub(super) ep: u16,
-    /// A send's peer, message id and buffer.
-    pub(super) send: Option<(usize, u32, BufRef)>,
+    /// A send's peer, message id and buffer, and whether the peer's `sends` holds it
+    /// (synchronous and rendezvous sends only).
+    pub(super) send: Option<(usize, u32, BufRef, bool)>,
 }
 
 /// Requests by index, each slot with the generation of its latest occupant.
@@ -155,7 +156,7 @@ impl Requests {
         let r = Retired {
             ep: req.ep,
             send: match &req.kind {
-                ReqKind::Send(s) => Some((s.peer, s.msg_id, s.buf)),
+                ReqKind::Send(s) => Some((s.peer, s.msg_id, s.buf, s.sync || s.rndv)),
                 ReqKind::Recv(_) => None,
             },
         };

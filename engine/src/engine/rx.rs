@@ -68,7 +68,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.send_reset(r);
                     return;
                 }
-                let Some(&p) = self.peer_index.get(&from) else {
+                let Some(p) = self.find_peer(from) else {
                     self.stats.drop_stale += 1;
                     return;
                 };

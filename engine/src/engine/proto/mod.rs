@@ -81,6 +81,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             });
             self.stats.rndv_sent += 1;
         }
+        // Only sends a frame will name by message id (the receiver's Matched, Pull or Fin)
+        // are kept by it: a standard eager send is reached through its frames' descriptors.
+        if s.sync || s.rndv {
+            peer.msgs.sends.insert(s.msg_id, id);
+        }
     }
 
     /// Completes send `id` once the protocol is done with it: every eager frame acknowledged
