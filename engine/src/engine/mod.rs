@@ -39,7 +39,6 @@ use endpoint::Endpoints;
 use peer::Peer;
 use request::Requests;
 use std::collections::VecDeque;
-use stream::TxDesc;
 
 /// A random non-zero session (0 means "not known yet" on the wire).
 fn new_session(rng: &mut rand::rngs::SmallRng) -> u32 {
@@ -85,8 +84,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     rx: Vec<L::Frame>,
     tx: Vec<L::TxBuf>,
     resets: Vec<Repr>,
-    /// Frames newly acknowledged by the ack being handled (kept to reuse its buffer).
-    acked: Vec<TxDesc>,
+    /// The eager sends whose frames the ack being handled acknowledged, once per frame (kept
+    /// to reuse its buffer).
+    acked: Vec<ReqId>,
     rng: rand::rngs::SmallRng,
     last_timer_scan: u64,
     /// When idle peers were last asked for their credit (at most every `credit_idle_ns / 4`).

@@ -100,7 +100,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.mark_active(p);
                 } else {
                     self.on_ack(p, r.ack, r.credit, None, None, now);
-                    self.on_sequenced(p, r, f, now);
+                    self.on_sequenced(p, &r, f, now);
                 }
             }
         }
@@ -135,11 +135,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.flush_waiting(p);
             self.mark_active(p);
         }
-        for d in done.drain(..) {
-            if matches!(d.kind, Kind::Eager | Kind::Small)
-                && let Some(id) = d.req
-                && let Some(s) = self.reqs.send_mut(id)
-            {
+        for id in done.drain(..) {
+            if let Some(s) = self.reqs.send_mut(id) {
                 s.unacked = s.unacked.saturating_sub(1);
                 self.try_finish_send(id);
             }
@@ -149,7 +146,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// A sequenced frame: delivered if next in order (with those held behind it), held if
     /// ahead of a gap, dropped if already delivered.
-    fn on_sequenced(&mut self, p: usize, r: Repr, f: L::Frame, now: u64) {
+    fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64) {
         match self.peers[p].stream.arrival(r.seq, self.cfg.window) {
             Arrival::Next => {
                 if !self.process(p, r, f) {
@@ -162,7 +159,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     let Ok(r) = Frame::new_checked(f.as_ref()).and_then(|x| Repr::parse(&x)) else {
                         break;
                     };
-                    if !self.process(p, r, f) {
+                    if !self.process(p, &r, f) {
                         // Put nothing back: the sender retransmits what we could not take.
                         self.stats.rx_stalled += 1;
                         self.peers[p].stream.reorder.clear();

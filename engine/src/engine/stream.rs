@@ -113,6 +113,28 @@ impl Rtt {
     }
 }
 
+/// What an ack's newly acknowledged frames give the RTT estimate: the newest first
+/// transmission among them sent after the last timeout.
+pub(super) struct Sample {
+    since: u64,
+    newest: Option<u64>,
+}
+
+impl Sample {
+    /// Frame `d` is newly acknowledged: its eager send's request goes to `done`.
+    #[inline]
+    fn newly_acked(&mut self, d: &TxDesc, done: &mut Vec<ReqId>) {
+        if d.retries == 0 && d.first_sent >= self.since {
+            self.newest = Some(self.newest.map_or(d.first_sent, |t| t.max(d.first_sent)));
+        }
+        if matches!(d.kind, Kind::Eager | Kind::Small)
+            && let Some(id) = d.req
+        {
+            done.push(id);
+        }
+    }
+}
+
 /// Where an arriving sequenced frame falls relative to the next one expected.
 pub(super) enum Arrival {
     /// The next in order: deliver it.
@@ -267,8 +289,9 @@ impl<F> Stream<F> {
     // ---- acknowledgements -----------------------------------------------------------------
 
     /// Takes a cumulative ack (every frame before `ack`) and an optional selective ack of the
-    /// frames after it. Appends the frames newly acknowledged to `done` (the newest of them
-    /// sent once feeds the RTT estimate). Frames below the highest selectively acked one are scheduled for
+    /// frames after it. Appends to `done` the request of each eager frame newly acknowledged
+    /// (its send may complete); the newest frame acknowledged that was sent once feeds the
+    /// RTT estimate. Frames below the highest selectively acked one are scheduled for
     /// resending. The cost follows what moved: an ack that acknowledges nothing new costs a
     /// comparison, a selective ack its set bits.
     pub(super) fn on_ack(
@@ -278,26 +301,32 @@ impl<F> Stream<F> {
         probe_reply: Option<u16>,
         now: u64,
         rto_min_ns: u64,
-        done: &mut Vec<TxDesc>,
+        done: &mut Vec<ReqId>,
     ) {
         let Some(front) = self.unacked.front() else {
             return;
         };
-        let first = done.len();
+        // One sample per ack, from the newest frame it acknowledges that went out once and
+        // after the last timeout (Karn): older frames acknowledged with it waited behind a
+        // hole or a lost ack, and their age would inflate the estimate — and with it the
+        // timeout, which would make them older still.
+        let mut sample = Sample {
+            since: self.last_rto,
+            newest: None,
+        };
         if seq_lt(front.seq, ack) {
             self.rto_backoff = 0;
-            while let Some(d) = self.unacked.front() {
-                if !seq_lt(d.seq, ack) {
-                    break;
-                }
-                let d = self.unacked.pop_front().expect("front");
+            // `unacked` holds consecutive sequence numbers: the first `n` are acknowledged.
+            let n = (ack.wrapping_sub(front.seq) as usize).min(self.unacked.len());
+            for d in self.unacked.range(..n) {
                 if !d.acked {
-                    done.push(d);
+                    sample.newly_acked(d, done);
                 }
             }
+            self.unacked.drain(..n);
         }
         if let Some(s) = sack {
-            self.on_sack(ack, s, now, rto_min_ns, done);
+            self.on_sack(ack, s, now, rto_min_ns, &mut sample, done);
         }
         if probe_reply == Some(self.probe_id) {
             // The receiver took every frame that arrived before the latest probe: those sent
@@ -310,17 +339,7 @@ impl<F> Stream<F> {
                 }
             }
         }
-        // One sample per ack, from the newest frame it acknowledges that went out once and
-        // after the last timeout (Karn): older frames acknowledged with it waited behind a
-        // hole or a lost ack, and their age would inflate the estimate — and with it the
-        // timeout, which would make them older still.
-        let since = self.last_rto;
-        if let Some(sent) = done[first..]
-            .iter()
-            .filter(|d| d.retries == 0 && d.first_sent >= since)
-            .map(|d| d.first_sent)
-            .max()
-        {
+        if let Some(sent) = sample.newest {
             self.rtt.sample(now.saturating_sub(sent));
         }
     }
@@ -338,7 +357,8 @@ impl<F> Stream<F> {
         s: &AckRepr,
         now: u64,
         rto_min_ns: u64,
-        done: &mut Vec<TxDesc>,
+        sample: &mut Sample,
+        done: &mut Vec<ReqId>,
     ) {
         let Some(base) = self.unacked.front().map(|d| d.seq) else {
             return;
@@ -358,7 +378,7 @@ impl<F> Stream<F> {
                 highest = Some(i);
                 if !d.acked {
                     d.acked = true;
-                    done.push(*d);
+                    sample.newly_acked(d, done);
                 }
             }
         }
@@ -645,7 +665,7 @@ mod tests {
         let mut done = Vec::new();
         // The reply to probe 1: the receiver had seq 0..4 then; 4..8 are on their way.
         s.on_ack(4, None, Some(1), 500, 1_000_000, &mut done);
-        assert_eq!(done.len(), 4);
+        assert_eq!(s.unacked.len(), 4, "seq 0..4 acknowledged");
         assert!(
             s.resend.is_empty(),
             "frames sent after probe 1 are not lost"

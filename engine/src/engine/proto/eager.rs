@@ -14,9 +14,9 @@ use crate::wire::{self, Repr};
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// One in-order eager fragment. `false`: the store cannot take a new message now.
-    pub(super) fn on_eager(&mut self, p: usize, r: Repr, f: L::Frame) -> bool {
+    pub(super) fn on_eager(&mut self, p: usize, r: &Repr, f: L::Frame) -> bool {
         let sync = r.flags & wire::FLAG_SYNC != 0;
-        if r.frag_index == 0 && !self.start_eager(p, &r, sync) {
+        if r.frag_index == 0 && !self.start_eager(p, r, sync) {
             return false;
         }
         let Some(mut ie) = self.peers[p].msgs.in_eager else {

@@ -136,16 +136,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Handles one in-order frame. `false`: cannot take it now (store full); it is not consumed.
-    pub(in crate::engine) fn process(&mut self, p: usize, r: Repr, f: L::Frame) -> bool {
+    pub(in crate::engine) fn process(&mut self, p: usize, r: &Repr, f: L::Frame) -> bool {
         match r.kind.expect("parsed") {
             Kind::Eager | Kind::Small => return self.on_eager(p, r, f),
-            Kind::Rts => return self.on_rts(p, &r),
-            Kind::Pull => self.on_pull(p, &r),
+            Kind::Rts => return self.on_rts(p, r),
+            Kind::Pull => self.on_pull(p, r),
             Kind::PullData => self.on_pull_data(p, r, f),
             Kind::Matched => self.on_matched(p, r.msg_id),
-            Kind::Fin => self.on_fin(p, &r),
-            Kind::Grant => self.on_grant(p, &r),
-            Kind::GrantReturn => self.on_grant_return(p, &r),
+            Kind::Fin => self.on_fin(p, r),
+            Kind::Grant => self.on_grant(p, r),
+            Kind::GrantReturn => self.on_grant_return(p, r),
             Kind::Connect
             | Kind::ConnectAck
             | Kind::Ack

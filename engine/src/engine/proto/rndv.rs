@@ -189,7 +189,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// A fragment of a pulled block: copy it into the receive; the block's first fragment
     /// asks for the next block, keeping `pull_outstanding` in flight.
-    pub(super) fn on_pull_data(&mut self, p: usize, r: Repr, f: L::Frame) {
+    pub(super) fn on_pull_data(&mut self, p: usize, r: &Repr, f: L::Frame) {
         let Some(&id) = self.peers[p].msgs.pulls.get(&r.msg_id) else {
             self.stats.drop_unknown_msg += 1;
             return;
