@@ -376,14 +376,21 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         .map_err(|e| format!("starting mpirun: {e} (install openmpi-bin)"))?;
     let status = wait_job(&mut child, &cluster.keep_pids())?;
     if a.stats {
+        let mut all = Vec::new();
         for (i, n) in cluster.nodes.iter().enumerate() {
             match tigon_client::agent_stats(&n.socket) {
-                Ok(v) => eprintln!("tigon run: agent {i} stats: {v}"),
+                Ok(v) => {
+                    eprintln!("tigon run: agent {i} stats: {v}");
+                    all.push(v);
+                }
                 Err(e) => eprintln!("tigon run: agent {i} stats: unavailable ({e})"),
             }
             if let Some(d) = n.dropped() {
                 eprintln!("tigon run: node {i} loss rule dropped {d} frames");
             }
+        }
+        if let Some(line) = copies_line(&all) {
+            eprintln!("tigon run: {line}");
         }
     }
     drop(cluster);
@@ -393,6 +400,29 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     } else {
         exit_code(status)
     })
+}
+
+/// The job's CPU copies per payload byte delivered, by the engines and by the ranks, from
+/// every node's `tigon stats` (None when nothing was delivered).
+pub fn copies_line(stats: &[serde_json::Value]) -> Option<String> {
+    let sum = |key: &str| -> u64 {
+        stats
+            .iter()
+            .map(|s| s["copies"][key].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let payload = sum("payload_bytes");
+    if payload == 0 {
+        return None;
+    }
+    let engines = (sum("cpu_bytes") + sum("direct_bytes")) as f64 / payload as f64;
+    let ranks = sum("rank_bytes") as f64 / payload as f64;
+    Some(format!(
+        "CPU copies per payload byte: {:.2} (engines {engines:.2}, ranks {ranks:.2}) over {payload} \
+         payload bytes delivered; dmadev {} bytes",
+        engines + ranks,
+        sum("dma_bytes")
+    ))
 }
 
 /// Exit code of a job stopped by Ctrl-C / SIGTERM (the shell's 128 + SIGINT).

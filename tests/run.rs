@@ -299,11 +299,19 @@ fn layouts_shared_and_dedicated() {
             "tigon run: layout dedicated: one agent per node"
         };
         assert!(e.stderr.contains(line), "{layout}: {}", e.text());
+        // Copies are counted: the engines' and the ranks', per payload byte delivered.
+        assert!(
+            e.stderr
+                .contains("tigon run: CPU copies per payload byte: "),
+            "{}",
+            e.text()
+        );
         for (i, s) in e.stats().iter().enumerate() {
             assert_eq!(num(s, "/layout/nodes"), if shared { 2 } else { 1 }, "{s}");
             if shared {
                 assert_eq!(s["layout"]["idle"], "spin", "{s}");
             }
+            assert!(num(s, "/copies/payload_bytes") > 0, "agent {i}: {s}");
             // Each node's own port carried its frames, both ways.
             assert!(
                 num(s, "/port/opackets") > 0 && num(s, "/port/ipackets") > 0,

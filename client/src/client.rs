@@ -81,6 +81,7 @@ impl Client {
             if let Some(di) = g.alloc_data()? {
                 let off = g.ch.data_offset(di).map_err(io_err)?;
                 g.ch.region.write(off, data).map_err(io_err)?;
+                g.ch.count_client_copy(data.len() as u64);
                 let d = send_desc(dest, bits, rank, data.len() as u64, mode, di, 0, 0);
                 return g.submit(
                     d,
@@ -91,7 +92,16 @@ impl Client {
                 );
             }
         }
+        // No channel buffer (too long, or none free): the engine reads a copy of its own.
+        self.count_copied(data.len() as u64);
         self.isend_vec(dest, bits, rank, data.to_vec(), mode)
+    }
+
+    /// Counts `n` payload bytes this process copied with its CPU outside the client (the
+    /// MTL's copy of a received payload into the user's buffer): `tigon stats` reports the
+    /// ranks' copies per payload byte.
+    pub fn count_copied(&self, n: u64) {
+        self.lock().ch.count_client_copy(n);
     }
 
     /// Sends `data`, which the engine reads in place: nothing is copied on this core.

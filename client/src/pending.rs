@@ -258,6 +258,7 @@ impl Inner {
                             .region
                             .read(off, &mut v)
                             .map_err(|e| e.to_string())?;
+                        self.ch.count_client_copy(v.len() as u64);
                         Some(v)
                     }
                     (None, Some(_)) => None, // filled below from `keep`

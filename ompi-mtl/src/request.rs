@@ -262,6 +262,7 @@ fn recv_outcome(
                     // convertor's bounce buffer) until this request completes, unless the
                     // program freed the request (then `live` is false).
                     unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), st.buf, n) };
+                    m.client.count_copied(n as u64);
                 }
                 count = n;
             }

@@ -16,6 +16,9 @@ use tigon_pmd::{DmaDev, ExtMem, Mbuf};
 /// Reads of a rank's send buffer are fetched this much at a time (one system call per block
 /// of frames rather than per frame).
 const READ_AHEAD: usize = 256 * 1024;
+/// Reads of a rank's send buffer into frames at least this long go straight into the frame
+/// (one `process_vm_readv` per frame), shorter ones through the read-ahead.
+const DIRECT_READ_MIN: usize = 4096;
 /// Direct writes wait for at most this many frames (or the end of the poll) before one
 /// vectored `process_vm_writev` delivers them all.
 const WRITE_BATCH: usize = 256;
@@ -47,7 +50,8 @@ struct ReadCache {
 /// Bytes moved into and out of client memory, by way.
 #[derive(Debug, Default)]
 pub struct Copied {
-    /// CPU copies to and from channel buffers.
+    /// The engine core's own copies (memcpy): between frames and channel buffers, and out of
+    /// the read-ahead of a rank's send buffer into frames.
     pub cpu: u64,
     /// dmadev copies into channel buffers.
     pub dma: u64,
@@ -247,12 +251,22 @@ impl CopyEngine<RxFrame> for AgentCopy {
         {
             let at = (off - c.start) as usize;
             out.copy_from_slice(&c.data[at..at + out.len()]);
+            self.bytes.cpu += out.len() as u64;
             return Ok(());
         }
         let target = self.clients.resolve(src, off, out.len())?;
         let Target::Direct(..) = target else {
-            return target.read(out);
+            target.read(out)?;
+            self.bytes.cpu += out.len() as u64;
+            return Ok(());
         };
+        // A jumbo frame's worth: read straight into the frame, the kernel's one copy (the
+        // read-ahead below saves system calls on small frames but copies every byte twice).
+        if out.len() >= DIRECT_READ_MIN {
+            target.read(out)?;
+            self.bytes.direct += out.len() as u64;
+            return Ok(());
+        }
         // A rank's send buffer: fetch ahead, the next frames will want what follows (as far
         // as the buffer goes: `n` bytes from `off` fit it, like `out` does).
         let n = (src.len - off).min(READ_AHEAD as u64).max(out.len() as u64) as usize;
@@ -267,6 +281,7 @@ impl CopyEngine<RxFrame> for AgentCopy {
         c.key = key;
         c.start = off;
         out.copy_from_slice(&c.data[..out.len()]);
+        self.bytes.cpu += out.len() as u64;
         self.read_cache = Some(c);
         Ok(())
     }

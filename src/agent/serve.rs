@@ -52,6 +52,10 @@ pub struct ServeStats {
     pub inflight: u64,
     /// Futex wake-ups of clients blocked waiting for completions.
     pub client_wakeups: u64,
+    /// Payload bytes of receives completed (the bytes delivered to ranks).
+    pub payload_bytes_received: u64,
+    /// Payload bytes departed clients had copied with their CPU (see [`Served::client_copied`]).
+    pub departed_client_copied: u64,
 }
 
 /// Every client of the agent.
@@ -145,12 +149,25 @@ impl Served {
         };
         // Closing the endpoint fails its operations; their completions find no client.
         eng.close_endpoint(c.ep);
+        self.stats.departed_client_copied += c.ch.client_copied();
         let held = c.inflight.iter().filter(|f| f.is_some()).count() as u64;
         self.stats.inflight -= held;
         eng.copy_engine_mut().clients().remove(slot);
         self.by_req.retain(|_, (s, _)| *s != slot);
         self.stats.clients -= 1;
         self.stats.clients_reclaimed += 1;
+    }
+
+    /// Payload bytes the clients, attached and departed, copied with their own CPUs (what
+    /// they report in their channel header).
+    pub fn client_copied(&self) -> u64 {
+        let attached: u64 = self
+            .clients
+            .iter()
+            .flatten()
+            .map(|c| c.ch.client_copied())
+            .sum();
+        attached + self.stats.departed_client_copied
     }
 
     pub fn client_count(&self) -> usize {
@@ -296,6 +313,10 @@ impl Served {
         eng.copy_engine_mut().clients().disarm(slot, f.token);
         self.stats.inflight -= 1;
         self.stats.completions += 1;
+        if done.status == status::OK {
+            // Sends and probes complete with nothing received.
+            self.stats.payload_bytes_received += done.received;
+        }
         // The client's own tag, even if it scribbled over the descriptor meanwhile.
         let done = Completion {
             user: f.user,

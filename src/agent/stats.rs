@@ -51,7 +51,6 @@ pub fn json(
     layout: &Layout,
 ) -> serde_json::Value {
     let s = &eng.stats;
-    let c = eng.copy_engine();
     let port = link.port.stats().ok();
     serde_json::json!({
         "clients": served.client_count(),
@@ -65,7 +64,7 @@ pub fn json(
             "stale_session": s.drop_stale, "unknown_message": s.drop_unknown_msg, "duplicates": s.rx_duplicates,
         },
         "ring_full": served.stats.ring_full,
-        "copies": { "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu, "direct_bytes": c.bytes.direct, "dma_errors": c.dma_errors },
+        "copies": copies(eng, served),
         "messages": {
             "sends": s.sends_completed, "recvs": s.recvs_completed, "failed": s.ops_failed, "eager": s.eager_sent,
             "rendezvous": s.rndv_sent, "unexpected": s.unexpected, "unexpected_bytes_peak": s.unexpected_bytes_peak,
@@ -79,5 +78,28 @@ pub fn json(
         "engine_loop": gaps,
         "layout": layout,
         "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
+    })
+}
+
+/// Bytes copied, by whom, and per payload byte delivered to this node's ranks. The engine's
+/// CPU copies are its memcpys (`cpu_bytes`) and the kernel's copies on its core for
+/// `process_vm_readv` / `writev` (`direct_bytes`); the dmadev's are not the CPU's. The ranks'
+/// are what their clients report (into and out of channel buffers, and out of staging).
+fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
+    let c = eng.copy_engine();
+    let payload = served.stats.payload_bytes_received;
+    let engine = c.bytes.cpu + c.bytes.direct;
+    let ranks = served.client_copied();
+    let per = |b: u64| {
+        if payload == 0 {
+            serde_json::Value::Null
+        } else {
+            ((b as f64 / payload as f64 * 100.0).round() / 100.0).into()
+        }
+    };
+    serde_json::json!({
+        "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu, "direct_bytes": c.bytes.direct,
+        "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
+        "engine_per_payload_byte": per(engine), "ranks_per_payload_byte": per(ranks),
     })
 }

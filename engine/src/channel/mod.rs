@@ -53,6 +53,9 @@ const H_ENGINE_ASLEEP: usize = 52;
 const H_WAITERS: usize = 56;
 /// Futex word: bumped by the engine after it queues completions for a waiting client.
 const H_CMP_SEQ: usize = 60;
+/// Payload bytes the client has copied with its CPU (into channel buffers to send, out of
+/// them and of its own staging to receive): the rank's share of `tigon stats`' copies.
+const H_CLIENT_COPIED: usize = 64;
 
 /// Agent state as published in the header.
 pub const STATE_RUNNING: u32 = 0;
@@ -198,6 +201,19 @@ impl Channel {
         if let Ok(a) = self.region.atomic_u64(H_HEARTBEAT) {
             a.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+    /// Client: counts `n` payload bytes it copied with its CPU.
+    pub fn count_client_copy(&self, n: u64) {
+        if let Ok(a) = self.region.atomic_u64(H_CLIENT_COPIED) {
+            a.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    /// Payload bytes the client says it copied with its CPU (a client's word: reported, never
+    /// trusted for anything else).
+    pub fn client_copied(&self) -> u64 {
+        self.region
+            .atomic_u64(H_CLIENT_COPIED)
+            .map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed))
     }
     pub fn agent_state(&self) -> u32 {
         self.region.atomic_u32(H_STATE).map_or(STATE_SHUTDOWN, |a| {
