@@ -28,6 +28,39 @@ pub struct Row {
     /// the messages, halved), where the CPU's counter can be read; `None` elsewhere (then
     /// `make bench-instr` counts them with callgrind).
     pub instr_per_msg: Option<f64>,
+    /// The share of the row's time that the less fortunate side's thread was on its core
+    /// (from the thread's `/proc/thread-self/schedstat`), `None` where the kernel does not
+    /// say. Each side spins on its own core: well below 1, other processes took the core
+    /// (a build on this 2-core machine) and the row measures the sharing, not the engine.
+    pub on_cpu: Option<f64>,
+}
+
+/// A thread's time on a CPU and waiting for one (ns), from the scheduler's statistics.
+#[derive(Clone, Copy)]
+struct Sched {
+    run_ns: u64,
+    wait_ns: u64,
+}
+
+impl Sched {
+    fn now() -> Option<Sched> {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let mut it = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+        Some(Sched {
+            run_ns: it.next()??,
+            wait_ns: it.next()??,
+        })
+    }
+    /// On-CPU share between `self` (earlier) and `later`: run / (run + wait).
+    fn share(self, later: Sched) -> f64 {
+        let run = later.run_ns.saturating_sub(self.run_ns) as f64;
+        let wait = later.wait_ns.saturating_sub(self.wait_ns) as f64;
+        if run + wait > 0.0 {
+            run / (run + wait)
+        } else {
+            1.0
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -94,6 +127,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         let mut first = None;
         let ctr = tigon_shm::perf::InstrCounter::this_thread().ok();
         let i0 = ctr.as_ref().and_then(|c| c.read().ok());
+        let s0 = Sched::now();
         while got < count {
             e.poll(&mut lb, clock(t0));
             while let Some(c) = e.pop_completion() {
@@ -107,11 +141,12 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
             }
         }
         let instr = i0.zip(ctr.and_then(|c| c.read().ok())).map(|(a, b)| b - a);
+        let on_cpu = s0.zip(Sched::now()).map(|(a, b)| a.share(b));
         // Keep acknowledging until the sender has seen its completions.
         while !stop_b.load(Ordering::Relaxed) {
             e.poll(&mut lb, clock(t0));
         }
-        (e.stats.clone(), first, instr)
+        (e.stats.clone(), first, instr, on_cpu)
     });
     pin(0);
     let mut e: Eng =
@@ -128,6 +163,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
     let mut last_report = Instant::now();
     let ctr = tigon_shm::perf::InstrCounter::this_thread().ok();
     let i0 = ctr.as_ref().and_then(|c| c.read().ok());
+    let s0 = Sched::now();
     while done < count {
         while posted < count
             && let Some(b) = free.pop()
@@ -151,8 +187,9 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
     }
     let secs = start.elapsed().as_secs_f64();
     let instr = i0.zip(ctr.and_then(|c| c.read().ok())).map(|(a, b)| b - a);
+    let on_cpu = s0.zip(Sched::now()).map(|(a, b)| a.share(b));
     stop.store(true, Ordering::Relaxed);
-    let (rstats, _, rinstr) = receiver.join().expect("receiver thread");
+    let (rstats, _, rinstr, ron_cpu) = receiver.join().expect("receiver thread");
     let frames = e.stats.tx_frames + rstats.tx_frames;
     Row {
         class: class.into(),
@@ -168,6 +205,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         instr_per_msg: instr
             .zip(rinstr)
             .map(|(a, b)| (a + b) as f64 / 2.0 / count as f64),
+        on_cpu: on_cpu.zip(ron_cpu).map(|(a, b)| a.min(b)),
     }
 }
 
@@ -260,6 +298,8 @@ pub fn render(r: &Report) -> String {
                 x.duplicates.to_string(),
                 x.instr_per_msg
                     .map_or_else(|| "n/a".to_string(), |i| format!("{i:.0}")),
+                x.on_cpu
+                    .map_or_else(|| "n/a".to_string(), |c| format!("{:.0}%", c * 100.0)),
             ]
         })
         .collect();
@@ -274,6 +314,7 @@ pub fn render(r: &Report) -> String {
             "retransmits",
             "duplicates",
             "instr/msg/side",
+            "on-cpu",
         ],
         &rows,
     );
@@ -281,6 +322,13 @@ pub fn render(r: &Report) -> String {
         s.push_str(&format!(
             "\n\ninstr/msg/side: {why}; `make bench-instr` counts them with callgrind"
         ));
+    }
+    if r.rows.iter().any(|x| x.on_cpu.is_some_and(|c| c < 0.9)) {
+        s.push_str(
+            "\n\non-cpu: the share of a row's time its busier-waiting side spent on its core; \
+             below 90%, other processes took the cores and the rates measure the sharing \
+             (run again on a quiet machine)",
+        );
     }
     let best = best_small(r);
     s.push_str(&format!(
