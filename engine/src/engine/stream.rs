@@ -434,6 +434,10 @@ impl<F> Stream<F> {
 
     /// The held frame that is next in order, if the gap before it has filled.
     pub(super) fn take_held(&mut self) -> Option<F> {
+        // Nearly always nothing is held (no gap): no tree walk for it.
+        if self.reorder.is_empty() {
+            return None;
+        }
         let n = self.rcv_next;
         self.reorder.remove(&n)
     }

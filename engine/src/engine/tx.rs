@@ -24,7 +24,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> FrameSource for Burst<'_, L, C> {
         self.engine.tx.len() < self.budget
     }
     fn emit(&mut self, d: &TxDesc) -> Emit {
-        self.engine.emit_desc(self.link, self.header, d)
+        self.engine.emit_desc(self.link, &self.header, d)
     }
 }
 
@@ -199,7 +199,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Builds the frame a sequenced descriptor stands for, under `header` (the peer's).
-    fn emit_desc(&mut self, link: &mut L, header: Repr, d: &TxDesc) -> Emit {
+    fn emit_desc(&mut self, link: &mut L, header: &Repr, d: &TxDesc) -> Emit {
         // A small message goes under the compact header the first time only: resent, it
         // carries the full one (both sessions, its message id), so that a receiver that
         // restarted meanwhile can tell the sender.
@@ -217,7 +217,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             frag_count: d.frag_count,
             offset: d.offset,
             total: d.total,
-            ..header
+            ..*header
         };
         let mut src = None;
         if let Some(id) = d.req
