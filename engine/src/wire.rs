@@ -671,11 +671,15 @@ impl Repr {
     /// A checked [`Kind::Small`] frame: one whole message, fragment 0 of 1.
     fn parse_small<T: AsRef<[u8]>>(f: &Frame<T>) -> Repr {
         use field::small as s;
-        let b = f.buf.as_ref();
+        // One length check up front (the frame was checked: it holds the compact header),
+        // none per field.
+        let b: &[u8; COMPACT_OVERHEAD] = f.buf.as_ref()[..COMPACT_OVERHEAD]
+            .try_into()
+            .expect("checked frame");
         let length = b[s::LENGTH] as u32;
         Repr {
-            dst_mac: f.dst_mac(),
-            src_mac: f.src_mac(),
+            dst_mac: MacAddr(b[field::DST_MAC].try_into().expect("6")),
+            src_mac: MacAddr(b[field::SRC_MAC].try_into().expect("6")),
             kind: Some(Kind::Small),
             flags: b[s::FLAGS] as u16,
             dst_ep: be16(b, s::DST_EP),
@@ -739,8 +743,16 @@ impl Repr {
     }
 
     fn emit_small(&self, buf: &mut [u8]) -> usize {
-        use field::small as s;
         debug_assert!(self.length as usize <= COMPACT_MAX_PAYLOAD && self.flags <= 0xff);
+        let (head, _) = buf.split_at_mut(COMPACT_OVERHEAD);
+        // A fixed-size view: one length check, none per field.
+        let h: &mut [u8; COMPACT_OVERHEAD] = head.try_into().expect("split");
+        Self::emit_small_head(self, h);
+        Self::pad(buf, COMPACT_OVERHEAD + self.length as usize)
+    }
+
+    fn emit_small_head(&self, buf: &mut [u8; COMPACT_OVERHEAD]) {
+        use field::small as s;
         buf[field::DST_MAC].copy_from_slice(&self.dst_mac.0);
         buf[field::SRC_MAC].copy_from_slice(&self.src_mac.0);
         buf[field::ETHERTYPE].copy_from_slice(&ETHERTYPE.to_be_bytes());
@@ -758,7 +770,6 @@ impl Repr {
         buf[s::SRC_RANK].copy_from_slice(&self.src_rank.to_be_bytes());
         buf[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_be_bytes());
         buf[s::CHECKSUM].fill(0);
-        Self::pad(buf, COMPACT_OVERHEAD + self.length as usize)
     }
 
     /// Zero padding up to [`MIN_FRAME`]; the frame's length.
