@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per small message in the engine, counted by callgrind (perf stat cannot count
-# instructions in these VMs). Runs `tigon bench scale --peers 1` (two engines polled by one
+# instructions in these VMs). Runs `tigon bench scale --pair --peers 1` (two engines polled by one
 # thread over the in-memory link, 8-byte messages) for N and 2N messages per traffic phase,
 # counting inside the traffic phases only (the bench's own loop included); the difference
 # cancels what each phase costs once, leaving the cost of N messages x 2 phases through both
@@ -22,9 +22,9 @@ trap 'rm -rf "$tmp"' EXIT
 count() {
     # Only the traffic phases count: the set-up's idle wait and the latency phase poll for a
     # wall-clock time, so their instruction counts follow the machine's load.
-    valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::Pair::traffic*' \
+    valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::pair::Pair::traffic*' \
         --callgrind-out-file="$tmp/cg.$1" \
-        "$tigon" bench scale --peers 1 --messages "$1" >"$tmp/out.$1" 2>"$tmp/err.$1" ||
+        "$tigon" bench scale --pair --peers 1 --messages "$1" >"$tmp/out.$1" 2>"$tmp/err.$1" ||
         { cat "$tmp/err.$1" >&2; exit 1; }
     awk '/^totals:/ {print $2}' "$tmp/cg.$1"
 }

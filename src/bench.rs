@@ -66,6 +66,10 @@ enum Which {
         /// Messages per traffic phase.
         #[arg(long, default_value_t = 200_000)]
         messages: usize,
+        /// Two full engines instead, one peer each way: engine B's N endpoints send to
+        /// engine A's one (what `make bench-instr` counts, both sides of a message).
+        #[arg(long)]
+        pair: bool,
     },
 }
 
@@ -173,9 +177,27 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             println!("json: {}", p.display());
             Ok(())
         }
-        Which::Scale { peers, messages } => {
+        Which::Scale {
+            peers,
+            messages,
+            pair,
+        } => {
             if messages == 0 {
                 return Err("--messages 0: use at least 1".into());
+            }
+            if pair {
+                for &n in &peers {
+                    if n == 0 || n > u16::MAX as usize {
+                        return Err(format!("--peers {n} --pair: use 1 ..= 65535 endpoints"));
+                    }
+                    let (uniform, hot) = scale::pair::run(n, messages)?;
+                    println!(
+                        "two engines, {n} endpoints: {} msgs/s uniform, {} msgs/s hot",
+                        report::si(uniform),
+                        report::si(hot)
+                    );
+                }
+                return Ok(());
             }
             let r = scale::run(&peers, messages)?;
             println!("{}", scale::render(&r));

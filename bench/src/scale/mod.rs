@@ -1,12 +1,17 @@
-//! `tigon bench scale`: one engine serving many peers. Engine A (one endpoint, the node under
-//! test) and engine B (N endpoints, standing for N remote ranks) share an in-memory link and
-//! one thread; every B endpoint sends to A, so each engine holds N peers. Per N it measures
-//! the set-up of N lazily connected peers, the memory they hold when idle, the message rate
-//! with traffic spread uniformly and in bursts to a hot set, and the latency of one message
-//! through the loops.
+//! `tigon bench scale`: one engine serving many peer nodes. Engine A (one endpoint, the node
+//! under test) and N simulated remote nodes ([`nodes`]: each a session, sequence numbers and
+//! its eager credit, speaking the wire protocol) share an in-memory link and one thread;
+//! every remote node sends to A, so A holds N peers (reliability is per remote node). Per N
+//! it measures the set-up of N lazily connected peers, the memory they hold when idle, the
+//! message rate with traffic spread uniformly and in bursts to a hot set, and the latency of
+//! one message through the loop.
+
+mod nodes;
+pub mod pair;
 
 use crate::report;
 use hdrhistogram::Histogram;
+use nodes::Nodes;
 use serde::Serialize;
 use std::time::Instant;
 use tigon_engine::matching::match_bits;
@@ -16,10 +21,10 @@ use tigon_engine::*;
 type Eng = Engine<MemLink, CpuCopy<HeapMemory>>;
 
 const CTX: u32 = 7;
-/// Receives kept posted at A (ANY_SOURCE) and sends kept in flight from B.
+/// Receives kept posted at A (ANY_SOURCE) and messages kept in flight towards it.
 const DEPTH: usize = 256;
 const SIZE: usize = 8;
-/// Endpoints of B that carry most of the bursty traffic.
+/// Remote nodes that carry most of the bursty traffic.
 const HOT: usize = 16;
 
 /// One measured peer count.
@@ -27,17 +32,23 @@ const HOT: usize = 16;
 pub struct Row {
     pub peers: usize,
     pub setup_s: f64,
-    /// Uniform traffic: each message from a random one of the N endpoints.
+    /// Uniform traffic: each message from a random one of the N nodes; messages over the
+    /// time engine A spent (its poll, completions, receives posted again).
     pub msgs_per_s: f64,
-    /// Bursty traffic: 9 messages in 10 from a hot set of 16 endpoints.
+    /// The same over the whole loop's time (the simulated nodes' work included).
+    pub loop_msgs_per_s: f64,
+    /// Bursty traffic: 9 messages in 10 from a hot set of 16 nodes.
     pub msgs_per_s_hot: f64,
+    /// Frames engine A sent per message received in the uniform phase (its acks: one per
+    /// message once every peer gets less than a message per ack delay).
+    pub a_frames_per_msg: f64,
     /// Engine memory per idle peer: engine A's own accounting of its peers (each peer's
     /// state and queue buffers by capacity, and its peer-table entry) over N.
     pub idle_peer_bytes: f64,
     /// The same right after every peer has carried traffic.
     pub active_peer_bytes: f64,
-    /// Resident memory the N peers added to this process, per peer (both ends, engine B's
-    /// N endpoints, freed-but-kept heap included: an upper bound).
+    /// Resident memory the N peers added to this process, per peer (engine A's peers, the
+    /// simulated nodes' own state, freed-but-kept heap included: an upper bound).
     pub rss_per_peer_bytes: f64,
     pub rss_bytes: u64,
     pub p50_us: f64,
@@ -63,52 +74,40 @@ pub fn rss_bytes() -> u64 {
 
 struct Pair {
     a: Eng,
-    b: Eng,
     la: MemLink,
-    lb: MemLink,
-    dest: EndpointAddr,
+    far: Nodes,
     t0: Instant,
     /// A's posted receives and their buffers, in posting order: they match (ANY_SOURCE, one
     /// tag) and so complete in that order, and the bench's own bookkeeping stays out of the
     /// instruction count (`make bench-instr`) as far as it can.
     posted: std::collections::VecDeque<(ReqId, BufRef)>,
-    /// B's send buffer, per endpoint reused (sends of one endpoint are in order).
-    send_buf: BufRef,
     in_flight: usize,
+    /// Nanoseconds engine A has worked (see `step`).
+    a_ns: u64,
 }
 
 impl Pair {
     fn new(n: usize) -> Result<Pair, String> {
         let max_frame = 1514;
-        let (ma, mb) = (MacAddr([2, 0, 0, 0, 1, 1]), MacAddr([2, 0, 0, 0, 1, 2]));
-        let (la, lb) = memlink::pair(ma, mb, max_frame, 4096);
-        let cfg = Config::default();
-        let mk = |mac| {
-            Eng::new(
-                cfg.clone(),
-                mac,
-                max_frame,
-                CpuCopy::new(HeapMemory::default()),
-            )
-            .map_err(|e| format!("engine: {e}"))
-        };
-        let (mut a, mut b) = (mk(ma)?, mk(mb)?);
+        let ma = MacAddr([2, 0, 0, 0, 1, 1]);
+        let (la, lb) = memlink::pair(ma, nodes::mac_of(0), max_frame, 4096);
+        let mut a = Eng::new(
+            Config::default(),
+            ma,
+            max_frame,
+            CpuCopy::new(HeapMemory::default()),
+        )
+        .map_err(|e| format!("engine: {e}"))?;
         let dest = a.open_endpoint(Some(0)).map_err(|e| e.to_string())?;
-        for i in 0..n {
-            b.open_endpoint(Some(i as u16))
-                .map_err(|e| format!("endpoint {i}: {e}"))?;
-        }
-        let send_buf = b.copy_engine_mut().mem.insert(vec![7; SIZE]);
+        let far = Nodes::new(n, lb, dest, match_bits(CTX, 1), SIZE);
         let mut p = Pair {
             a,
-            b,
             la,
-            lb,
-            dest,
+            far,
             t0: Instant::now(),
             posted: Default::default(),
-            send_buf,
             in_flight: 0,
+            a_ns: 0,
         };
         for _ in 0..DEPTH {
             let buf = p.a.copy_engine_mut().mem.insert(vec![0; SIZE]);
@@ -126,21 +125,6 @@ impl Pair {
         Ok(())
     }
 
-    fn send(&mut self, from: usize) -> Result<(), String> {
-        self.b
-            .isend(
-                from as u16,
-                self.dest,
-                match_bits(CTX, 1),
-                from as u32,
-                self.send_buf,
-                SendMode::Standard,
-            )
-            .map_err(|e| e.to_string())?;
-        self.in_flight += 1;
-        Ok(())
-    }
-
     /// The buffer of completed receive `id`: the oldest posted, unless completions came out
     /// of order.
     fn take_posted(&mut self, id: ReqId) -> Result<BufRef, String> {
@@ -155,32 +139,54 @@ impl Pair {
         Ok(self.posted.remove(i).expect("index from position").1)
     }
 
-    /// Polls both engines once; returns the messages A received (receives re-posted).
-    fn step(&mut self) -> Result<usize, String> {
-        let now = self.t0.elapsed().as_nanos() as u64;
-        self.b.poll(&mut self.lb, now);
-        self.a.poll(&mut self.la, now);
-        while let Some(c) = self.b.pop_completion() {
-            c.result.map_err(|e| format!("send failed: {e}"))?;
-            self.in_flight -= 1;
+    /// Node `from` sends one message, once it has the credit for it.
+    fn send(&mut self, from: usize) -> Result<(), String> {
+        let mut tries = 0u64;
+        while !self.far.can_send(from) {
+            self.step()?;
+            tries += 1;
+            if tries > 10_000_000 {
+                return Err(format!("node {from} never got the credit to send"));
+            }
         }
+        self.far.send(from);
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Polls both sides once; returns the messages A received (receives re-posted).
+    fn step(&mut self) -> Result<usize, String> {
+        self.far.poll();
+        // Engine A's own time: its poll and the calls a rank would make (completions taken,
+        // receives posted again); the simulated nodes' work would be on other machines.
+        let t = Instant::now();
+        let now = (t - self.t0).as_nanos() as u64;
+        self.a.poll(&mut self.la, now);
         let mut got = 0;
         while let Some(c) = self.a.pop_completion() {
             c.result.map_err(|e| format!("receive failed: {e}"))?;
             got += 1;
+            self.in_flight -= 1;
             let buf = self.take_posted(c.req)?;
             self.post(buf)?;
         }
+        self.a_ns += t.elapsed().as_nanos() as u64;
         Ok(got)
     }
 
-    /// Sends `count` messages, `DEPTH` in flight, from endpoints `pick` chooses; returns the
-    /// seconds it took until A received them all. Never inlined: `make bench-instr` counts
+    /// Sends `count` messages, `DEPTH` in flight, from nodes `pick` chooses; returns the
+    /// seconds it took until A received them all, and the seconds of it engine A worked.
+    /// Never inlined: `make bench-instr` counts
     /// the instructions of this function alone (callgrind `--toggle-collect`), leaving out
     /// the phases that poll for a wall-clock time.
     #[inline(never)]
-    fn traffic(&mut self, count: usize, mut pick: impl FnMut() -> usize) -> Result<f64, String> {
+    fn traffic(
+        &mut self,
+        count: usize,
+        mut pick: impl FnMut() -> usize,
+    ) -> Result<(f64, f64), String> {
         let start = Instant::now();
+        let a0 = self.a_ns;
         let (mut sent, mut got) = (0, 0);
         let mut last = Instant::now();
         while got < count {
@@ -196,11 +202,7 @@ impl Pair {
                 last = Instant::now();
             }
         }
-        // Let the last sends complete (acks) before the next phase.
-        while self.in_flight > 0 {
-            self.step()?;
-        }
-        Ok(start.elapsed().as_secs_f64())
+        Ok((start.elapsed().as_secs_f64(), (self.a_ns - a0) as f64 / 1e9))
     }
 }
 
@@ -241,10 +243,13 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
     let idle_peer_bytes = per_peer(&p.a);
 
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let secs = p.traffic(messages, || rng.below(n))?;
+    let a_sent = p.a.stats.tx_frames;
+    let (wall, secs) = p.traffic(messages, || rng.below(n))?;
     let msgs_per_s = messages as f64 / secs;
+    let loop_msgs_per_s = messages as f64 / wall;
+    let a_frames_per_msg = (p.a.stats.tx_frames - a_sent) as f64 / messages as f64;
     let hot = HOT.min(n);
-    let secs_hot = p.traffic(messages, || {
+    let (_, secs_hot) = p.traffic(messages, || {
         if rng.below(10) < 9 {
             rng.below(hot)
         } else {
@@ -261,22 +266,21 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
         p.send(from)?;
         while p.step()? == 0 {}
         hist.record(t.elapsed().as_nanos() as u64).ok();
-        while p.in_flight > 0 {
-            p.step()?;
-        }
     }
     Ok(Row {
         peers: n,
         setup_s,
         msgs_per_s,
         msgs_per_s_hot: messages as f64 / secs_hot,
+        loop_msgs_per_s,
+        a_frames_per_msg,
         idle_peer_bytes,
         active_peer_bytes,
         rss_per_peer_bytes,
         rss_bytes: rss_bytes(),
         p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
         p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
-        retransmits: p.a.stats.retransmits + p.b.stats.retransmits,
+        retransmits: p.a.stats.retransmits,
     })
 }
 
@@ -317,6 +321,8 @@ pub fn render(r: &Report) -> String {
                 format!("{:.2}", x.setup_s),
                 report::si(x.msgs_per_s),
                 report::si(x.msgs_per_s_hot),
+                report::si(x.loop_msgs_per_s),
+                format!("{:.2}", x.a_frames_per_msg),
                 format!("{:.0}", x.idle_peer_bytes),
                 format!("{:.0}", x.active_peer_bytes),
                 format!("{:.0}", x.rss_per_peer_bytes),
@@ -333,6 +339,8 @@ pub fn render(r: &Report) -> String {
             "setup s",
             "msgs/s",
             "msgs/s hot",
+            "loop msgs/s",
+            "A frames/msg",
             "B/idle peer",
             "B/active peer",
             "RSS B/peer",
@@ -345,10 +353,14 @@ pub fn render(r: &Report) -> String {
     );
     s.push_str(&format!(
         "\n\nB/idle peer, B/active peer: engine A's accounting of its peers (state, queue buffers,\n\
-         peer table) per peer. RSS B/peer: what the process grew per peer, both ends and freed heap\n\
-         included.\n\
+         peer table) per peer. RSS B/peer: what the process grew per peer (engine A, the simulated\n\
+         nodes' {} B each, freed heap included). A frames/msg: frames engine A sent per message\n\
+         received (its acks), uniform phase. msgs/s: over engine A's time; loop msgs/s: over the\n\
+         whole loop's, the simulated nodes' work included.\n\
          msgs/s at the most peers / at the fewest: {:.2} (target >= 0.90)\nreproduce: {}",
-        r.rate_ratio, r.command
+        nodes::Nodes::bytes_per_node(),
+        r.rate_ratio,
+        r.command
     ));
     s
 }
