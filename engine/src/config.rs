@@ -20,8 +20,12 @@ pub struct Config {
     /// sends eager-sized messages without credit. Without credit a message goes by
     /// rendezvous, which needs none: a sender never waits for credit.
     pub eager_credit: u32,
-    /// Eager credit granted at connect (while the store has it to give).
+    /// Eager credit granted at connect while less than half the store is granted; past
+    /// that, new peers get `eager_credit_floor`, so that a store of 256 MiB covers 1,024
+    /// peers at 128 KiB and then 65,536 more at 2 KiB (enough for a few dozen small messages
+    /// in flight; grants grow for the peers that talk).
     pub eager_credit_initial: u32,
+    pub eager_credit_floor: u32,
     /// When the store's grants are exhausted, peers that sent no eager message for this long
     /// are asked to give their credit back; a peer with nothing in flight for this long gives
     /// its queues' buffers back.
@@ -66,6 +70,7 @@ impl Default for Config {
             window: 1024,
             eager_credit: 4 << 20,
             eager_credit_initial: 128 << 10,
+            eager_credit_floor: 2 << 10,
             credit_idle_ns: 100_000_000,
             unexpected_bytes: 256 << 20,
             unexpected_count: 1 << 16,

@@ -36,9 +36,14 @@ impl Hasher for FastHasher {
     fn write_usize(&mut self, v: usize) {
         self.write_u64(v as u64);
     }
+    /// The multiply mixes the low bits of a key into the high bits of the state only: a
+    /// key whose low bytes never change (a MAC's vendor prefix, written first) would leave
+    /// the low bits — the bucket index — the same for every key, and the table would
+    /// degrade into a list (65,536 peers: 30% of the loop in probing). The rotation brings
+    /// the well-mixed high bits down.
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        self.0.rotate_left(26)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::wire::MacAddr;
 /// two endpoints of one node talk without touching the wire.
 pub trait Link {
     /// A received frame, owned until the engine drops it (an mbuf in the agent).
-    type Frame: AsRef<[u8]>;
+    type Frame: AsRef<[u8]> + 'static;
     /// A frame being built for transmission.
     type TxBuf: AsRef<[u8]> + AsMut<[u8]>;
 

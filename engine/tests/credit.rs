@@ -121,8 +121,10 @@ fn thousand_peers_sending_eager_at_once_all_complete() {
     assert_eq!(e.armed_peers(), 0, "idle peers still armed");
     let (peers, bytes) = e.peer_memory();
     assert_eq!(peers, 1000);
+    // 248 B of state and 8 B of index per idle peer, and the peer table's growth slack
+    // (1,024 slots for 1,000 peers).
     assert!(
-        bytes / peers <= 512,
+        bytes / peers <= 272,
         "{} bytes per idle peer",
         bytes / peers
     );
@@ -134,6 +136,7 @@ fn peers_beyond_the_store_go_by_rendezvous_and_are_counted() {
     let cfg = Config {
         unexpected_bytes: 8 * (16 << 10),
         eager_credit_initial: 16 << 10,
+        eager_credit_floor: 16 << 10,
         eager_credit: 64 << 10,
         ..Config::default()
     };
@@ -155,6 +158,7 @@ fn a_talking_peer_gets_more_credit_and_idle_peers_give_theirs_back() {
     let cfg = Config {
         unexpected_bytes: 4 * (16 << 10),
         eager_credit_initial: 16 << 10,
+        eager_credit_floor: 16 << 10,
         eager_credit: 32 << 10,
         credit_idle_ns: 5_000_000,
         ..Config::default()

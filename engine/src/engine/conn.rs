@@ -21,7 +21,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let frag = self.cfg.max_frame - wire::OVERHEAD;
         self.peers.push(Peer::new(mac, frag));
         let p = self.peers.len() - 1;
-        self.peer_index.insert(mac, p);
+        let peers = &self.peers;
+        self.peer_index.insert(mac, p, |q| peers[q].mac);
         self.stats.peers += 1;
         self.last_peer = p;
         p
@@ -34,7 +35,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if self.peers.get(self.last_peer).is_some_and(|p| p.mac == mac) {
             return Some(self.last_peer);
         }
-        let p = *self.peer_index.get(&mac)?;
+        let p = self.peer_of(mac)?;
         self.last_peer = p;
         Some(p)
     }
@@ -57,7 +58,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     pub(super) fn start_connect(&mut self, p: usize, now: u64) {
         let conn = &mut self.peers[p].conn;
         conn.state = PeerState::Connecting;
-        conn.connect_first = now;
+        conn.last_rx = now;
         conn.connect_sent = 0;
         conn.connect_tries = 0;
         self.mark_active(p);
@@ -104,7 +105,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_malformed += 1;
             return;
         };
-        let Some(&p) = self.peer_index.get(&from) else {
+        let Some(p) = self.peer_of(from) else {
             return;
         };
         match self.peers[p].conn.state {
@@ -123,7 +124,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if r.dst_session != self.session {
             return;
         }
-        if let Some(&p) = self.peer_index.get(&from)
+        if let Some(p) = self.peer_of(from)
             && self.peers[p].conn.state == PeerState::Connected
             && self.peers[p].conn.remote_session != r.src_session
         {
@@ -164,7 +165,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mac = peer.mac;
         let mut failed: Vec<ReqId> = peer.eager_sends().collect();
         let msgs = &mut peer.msgs;
-        failed.extend(msgs.waiting.drain(..));
+        failed.extend(msgs.waiting.iter().copied());
+        msgs.waiting.release();
         failed.extend(msgs.sends.values().copied());
         failed.extend(msgs.pulls.values().copied());
         if let Some(InEager {
@@ -181,8 +183,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }) => Some(u),
             _ => None,
         };
-        msgs.sends.clear();
-        msgs.pulls.clear();
+        msgs.sends.release();
+        msgs.pulls.release();
         msgs.in_eager = None;
         peer.stream.reset();
         peer.conn.connect_ack_owed = false;

@@ -12,8 +12,16 @@ use crate::link::Link;
 use crate::wire::{self, Kind, Repr};
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// What a new peer is granted: the full initial grant while less than half the store is
+    /// granted, the floor after that (thousands of peers then still start with eager credit,
+    /// and the ones that talk grow theirs).
     fn initial_grant(&self) -> u32 {
-        self.cfg.eager_credit_initial.min(self.cfg.eager_credit)
+        let full = self.cfg.eager_credit_initial.min(self.cfg.eager_credit);
+        if self.grants_total < self.cfg.unexpected_bytes / 2 {
+            full
+        } else {
+            self.cfg.eager_credit_floor.min(full)
+        }
     }
 
     /// The grant a peer gets with the handshake, taken from the store once per session.
@@ -32,12 +40,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// (up to `eager_credit`) from what the store has left. When the store is exhausted, idle
     /// peers are asked for theirs at the next timer pass.
     pub(super) fn grow_grant(&mut self, p: usize) {
-        let (initial, max) = (self.initial_grant(), self.cfg.eager_credit);
+        let max = self.cfg.eager_credit;
         let given = self.peers[p].credit.given;
         if given >= max || self.peers[p].credit.reclaiming {
             return;
         }
-        let want = given.max(initial).min(max - given) as u64;
+        let floor = self.cfg.eager_credit_floor.max(1);
+        let want = given.max(floor).min(max - given) as u64;
         let left = self.cfg.unexpected_bytes.saturating_sub(self.grants_total);
         if left < want {
             self.credit_pressure = true;
@@ -57,11 +66,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// The store's grants are exhausted: ask every peer that sent no eager message for
-    /// `credit_idle_ns` to give its credit back (it answers with what it is not using).
+    /// `credit_idle_ns` to give its credit back (it answers with what it is not using). One
+    /// call visits at most `RECLAIM_SCAN` peers from where the last one stopped (the next timer
+    /// pass goes on with the round), so no timer pass costs time in proportion to the number
+    /// of peers.
     pub(super) fn reclaim_idle_credit(&mut self, now: u64) {
-        self.credit_pressure = false;
+        const RECLAIM_SCAN: usize = 1024;
         let idle = self.cfg.credit_idle_ns;
-        for p in 0..self.peers.len() {
+        let start = self.reclaim_cursor;
+        let end = (start + RECLAIM_SCAN).min(self.peers.len());
+        for p in start..end {
             let peer = &mut self.peers[p];
             if peer.conn.state != PeerState::Connected
                 || peer.credit.reclaiming
@@ -79,6 +93,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.credit_reclaims += 1;
             self.mark_active(p);
         }
+        self.reclaim_cursor = if end >= self.peers.len() { 0 } else { end };
     }
 
     /// The receiver is done with an eager message: return its credit; tell a synchronous sender.

@@ -16,6 +16,8 @@ mod conn;
 mod copyq;
 mod credit;
 mod endpoint;
+mod index;
+mod lazy;
 mod peer;
 mod proto;
 mod request;
@@ -31,7 +33,6 @@ pub use types::{Completion, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendM
 
 use crate::config::Config;
 use crate::copy::{CopyEngine, CopyError};
-use crate::fasthash::FastMap as HashMap;
 use crate::link::Link;
 use crate::stats::Stats;
 use crate::wire::{MacAddr, Repr};
@@ -56,7 +57,7 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     session: u32,
     /// Remote nodes: one reliable session each, whatever the number of ranks on either side.
     peers: Vec<Peer<L::Frame>>,
-    peer_index: HashMap<MacAddr, usize>,
+    peer_index: index::PeerIndex,
     /// The peer last looked up by address (a send's or a received frame's): traffic comes in
     /// runs to and from one node, and a MAC compare is cheaper than hashing it each time.
     /// Checked against the table, so it never names a wrong peer.
@@ -91,6 +92,8 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     last_timer_scan: u64,
     /// When idle peers were last asked for their credit (at most every `credit_idle_ns / 4`).
     last_reclaim: u64,
+    /// Where the reclaim round under way goes on (0: none under way).
+    reclaim_cursor: usize,
     /// Time of the latest poll.
     now: u64,
     /// Frames sent carry a checksum over their payload too (`Config::payload_checksum`,
@@ -119,7 +122,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             session: new_session(&mut rng),
             eps: Endpoints::default(),
             peers: Vec::new(),
-            peer_index: HashMap::default(),
+            peer_index: index::PeerIndex::default(),
             last_peer: 0,
             active: Vec::new(),
             armed: Vec::new(),
@@ -139,6 +142,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             rng,
             last_timer_scan: 0,
             last_reclaim: 0,
+            reclaim_cursor: 0,
             now: 0,
             payload_ck: true,
             idle: false,
@@ -157,6 +161,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
     pub fn mac(&self) -> MacAddr {
         self.mac
+    }
+
+    /// The slot of peer node `mac`, if known.
+    #[inline]
+    fn peer_of(&self, mac: MacAddr) -> Option<usize> {
+        let peers = &self.peers;
+        self.peer_index.get(mac, |p| peers[p].mac)
     }
 
     /// Seeds the session generator (tests want reproducible runs); the node's session is
@@ -242,7 +253,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Peers known, and the bytes of engine memory they hold: each peer's state and queue
     /// buffers (by capacity) and its entry in the peer table.
     pub fn peer_memory(&self) -> (usize, usize) {
-        let index = self.peer_index.capacity() * (std::mem::size_of::<(MacAddr, usize)>() + 1);
+        let index = self.peer_index.bytes();
         let peers = self.peers.iter().map(Peer::bytes).sum::<usize>()
             + (self.peers.capacity() - self.peers.len()) * std::mem::size_of::<Peer<L::Frame>>();
         (self.peers.len(), peers + index)

@@ -7,7 +7,8 @@
 //! MPI matching needs of a rank pair — the endpoints and the sender's rank — rides in every
 //! message's header, and message ids are per node, so nothing is kept per pair of ranks.
 
-use super::stream::{Stream, TxDesc};
+use super::lazy::Lazy;
+use super::stream::Stream;
 use super::types::ReqId;
 use crate::fasthash::FastMap as HashMap;
 use crate::wire::{Kind, MacAddr};
@@ -29,10 +30,10 @@ pub(super) struct Conn {
     pub(super) frag: usize,
     pub(super) remote_window: u32,
     pub(super) connect_sent: u64,
-    pub(super) connect_first: u64,
     pub(super) connect_tries: u32,
     pub(super) connect_ack_owed: bool,
-    /// When the peer was last heard from.
+    /// When the peer was last heard from; while connecting, when the connect began (its
+    /// deadline runs from there).
     pub(super) last_rx: u64,
 }
 
@@ -122,18 +123,21 @@ pub(super) struct InEager {
 pub(super) struct Msgs {
     pub(super) next_msg_id: u32,
     /// Messages waiting for the connection, in order.
-    pub(super) waiting: VecDeque<ReqId>,
+    pub(super) waiting: Lazy<VecDeque<ReqId>>,
     /// Synchronous and rendezvous sends, until they complete: the receiver names them by
     /// message id (Matched, Pull, Fin). A standard eager send is not here (no hash on the
     /// small-message path): its frames' descriptors in the stream name it.
-    pub(super) sends: HashMap<u32, ReqId>,
+    pub(super) sends: Lazy<HashMap<u32, ReqId>>,
     /// Rendezvous receives pulling from the peer.
-    pub(super) pulls: HashMap<u32, ReqId>,
+    pub(super) pulls: Lazy<HashMap<u32, ReqId>>,
     /// The eager message arriving now (its fragments come in order).
     pub(super) in_eager: Option<InEager>,
 }
 
+/// In this order (`repr(C)`): the address an index probe compares and the connection the
+/// receive path checks next share the first cache line.
 #[derive(Debug)]
+#[repr(C)]
 pub(super) struct Peer<F> {
     pub(super) mac: MacAddr,
     /// In the engine's `active` list (so marking is O(1)).
@@ -141,12 +145,12 @@ pub(super) struct Peer<F> {
     /// In the engine's `armed` list: the timers visit it.
     pub(super) in_armed: bool,
     pub(super) conn: Conn,
-    pub(super) stream: Stream<F>,
     pub(super) credit: Credit,
+    pub(super) stream: Stream<F>,
     pub(super) msgs: Msgs,
 }
 
-impl<F> Peer<F> {
+impl<F: 'static> Peer<F> {
     pub(super) fn new(mac: MacAddr, frag: usize) -> Self {
         Peer {
             mac,
@@ -158,7 +162,6 @@ impl<F> Peer<F> {
                 frag,
                 remote_window: 1,
                 connect_sent: 0,
-                connect_first: 0,
                 connect_tries: 0,
                 connect_ack_owed: false,
                 last_rx: 0,
@@ -167,9 +170,9 @@ impl<F> Peer<F> {
             credit: Credit::default(),
             msgs: Msgs {
                 next_msg_id: 1,
-                waiting: VecDeque::new(),
-                sends: HashMap::default(),
-                pulls: HashMap::default(),
+                waiting: Lazy::default(),
+                sends: Lazy::default(),
+                pulls: Lazy::default(),
                 in_eager: None,
             },
         }
@@ -195,31 +198,35 @@ impl<F> Peer<F> {
         }
     }
 
-    /// An idle peer gives back the buffers its queues grew (a peer that carried one large
-    /// message held ~400 KiB of descriptors ever after); they are allocated again on use.
+    /// An idle peer gives back its collections (a peer that carried one large message held
+    /// ~400 KiB of descriptors ever after); they are allocated again on use.
     pub(super) fn shrink(&mut self) {
         let s = &mut self.stream;
-        s.pending = VecDeque::new();
-        s.ctl_bulk = VecDeque::new();
-        s.unacked = VecDeque::new();
-        s.resend = VecDeque::new();
-        self.msgs.waiting = VecDeque::new();
-        self.msgs.sends = HashMap::default();
-        self.msgs.pulls = HashMap::default();
+        s.pending.release();
+        s.ctl_bulk.release();
+        s.unacked.release();
+        s.resend.release();
+        if s.reorder.is_empty() {
+            s.reorder.release();
+        }
+        self.msgs.waiting.release();
+        self.msgs.sends.release();
+        self.msgs.pulls.release();
     }
 
-    /// Bytes this peer holds: the struct and its queues' buffers (by capacity).
+    /// Bytes this peer holds: the struct and its collections (by capacity).
     pub(super) fn bytes(&self) -> usize {
-        use std::mem::size_of;
         let s = &self.stream;
         let m = &self.msgs;
         size_of::<Self>()
-            + (s.pending.capacity() + s.ctl_bulk.capacity() + s.unacked.capacity())
-                * size_of::<TxDesc>()
-            + s.resend.capacity() * size_of::<u32>()
-            + s.reorder.len() * (size_of::<F>() + size_of::<u32>() + 16)
-            + m.waiting.capacity() * size_of::<ReqId>()
-            + (m.sends.capacity() + m.pulls.capacity()) * (size_of::<(u32, ReqId)>() + 1)
+            + s.pending.bytes()
+            + s.ctl_bulk.bytes()
+            + s.unacked.bytes()
+            + s.resend.bytes()
+            + s.reorder.bytes()
+            + m.waiting.bytes()
+            + m.sends.bytes()
+            + m.pulls.bytes()
     }
 
     /// The standard eager sends whose frames are queued or unacknowledged (each once per
@@ -236,5 +243,18 @@ impl<F> Peer<F> {
     /// Operations wait on the peer: sends, pulls, or an eager message half arrived.
     pub(super) fn waiting_on_peer(&self) -> bool {
         !self.msgs.sends.is_empty() || !self.msgs.pulls.is_empty() || self.msgs.in_eager.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle peer's whole state is this struct (its collections are unallocated) plus 8
+    /// bytes of index: the 256-byte budget per idle peer of issue 12.
+    #[test]
+    fn an_idle_peer_fits_the_budget() {
+        assert!(size_of::<super::Peer<Vec<u8>>>() <= 248);
+        let p: super::Peer<Vec<u8>> =
+            super::Peer::new(crate::wire::MacAddr([2, 0, 0, 0, 0, 1]), 1400);
+        assert_eq!(p.bytes(), size_of::<super::Peer<Vec<u8>>>());
     }
 }

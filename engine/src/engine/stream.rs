@@ -5,6 +5,7 @@
 //! [`FrameSource`] turns a descriptor into a frame, so resending never reaches into the
 //! operation a frame belongs to.
 
+use super::lazy::Lazy;
 use super::types::ReqId;
 use crate::config::Config;
 use crate::wire::{AckRepr, Kind};
@@ -82,34 +83,40 @@ pub(super) trait FrameSource {
     fn emit(&mut self, d: &TxDesc) -> Emit;
 }
 
-/// Smoothed round-trip time and its variation (RFC 6298).
+/// Smoothed round-trip time and its variation (RFC 6298), in ns up to 4.29 s (u32: a peer
+/// keeps this per session, and an RTT beyond seconds is a dead peer, not a sample).
 #[derive(Debug, Default)]
 pub(super) struct Rtt {
     /// Smoothed RTT in ns, at least 1 once sampled (0: no sample yet).
-    pub(super) srtt: u64,
-    rttvar: u64,
+    srtt: u32,
+    rttvar: u32,
 }
 
 impl Rtt {
     fn valid(&self) -> bool {
         self.srtt != 0
     }
+    /// The smoothed RTT (0: no sample yet).
+    pub(super) fn srtt(&self) -> u64 {
+        self.srtt as u64
+    }
     fn sample(&mut self, r: u64) {
-        let r = r.max(1);
+        let r = r.clamp(1, u32::MAX as u64);
         if !self.valid() {
-            self.srtt = r;
-            self.rttvar = r / 2;
+            self.srtt = r as u32;
+            self.rttvar = (r / 2) as u32;
         } else {
-            let d = self.srtt.abs_diff(r);
-            self.rttvar = (3 * self.rttvar + d) / 4;
-            self.srtt = ((7 * self.srtt + r) / 8).max(1);
+            let (srtt, rttvar) = (self.srtt as u64, self.rttvar as u64);
+            let d = srtt.abs_diff(r);
+            self.rttvar = ((3 * rttvar + d) / 4) as u32;
+            self.srtt = ((7 * srtt + r) / 8).max(1) as u32;
         }
     }
     fn rto(&self, c: &Config) -> u64 {
         if !self.valid() {
             return c.rto_initial_ns;
         }
-        (self.srtt + 4 * self.rttvar).clamp(c.rto_min_ns, c.rto_max_ns)
+        (self.srtt as u64 + 4 * self.rttvar as u64).clamp(c.rto_min_ns, c.rto_max_ns)
     }
 }
 
@@ -168,11 +175,11 @@ pub(super) struct Stream<F> {
     /// fragments and RTSs, in the order matching needs), then bulk data (pulled blocks). A
     /// Pull or a new message never waits behind a backlog of pulled blocks. Control and bulk
     /// share `ctl_bulk`, the `n_ctl` control frames in front (one queue less per peer).
-    pub(super) pending: VecDeque<TxDesc>,
-    pub(super) ctl_bulk: VecDeque<TxDesc>,
+    pub(super) pending: Lazy<VecDeque<TxDesc>>,
+    pub(super) ctl_bulk: Lazy<VecDeque<TxDesc>>,
     n_ctl: u32,
-    pub(super) unacked: VecDeque<TxDesc>,
-    pub(super) resend: VecDeque<u32>,
+    pub(super) unacked: Lazy<VecDeque<TxDesc>>,
+    pub(super) resend: Lazy<VecDeque<u32>>,
     rtt: Rtt,
     /// Doublings of the retransmit timeout since the cumulative ack last moved.
     rto_backoff: u32,
@@ -189,7 +196,7 @@ pub(super) struct Stream<F> {
     pub(super) probe_echo: u16,
     // receive side
     pub(super) rcv_next: u32,
-    pub(super) reorder: BTreeMap<u32, F>,
+    pub(super) reorder: Lazy<BTreeMap<u32, F>>,
     ack_owed: u32,
     pub(super) ack_due: Option<u64>,
     pub(super) ack_now: bool,
@@ -199,11 +206,11 @@ impl<F> Default for Stream<F> {
     fn default() -> Self {
         Stream {
             next_seq: 0,
-            pending: VecDeque::new(),
-            ctl_bulk: VecDeque::new(),
+            pending: Lazy::default(),
+            ctl_bulk: Lazy::default(),
             n_ctl: 0,
-            unacked: VecDeque::new(),
-            resend: VecDeque::new(),
+            unacked: Lazy::default(),
+            resend: Lazy::default(),
             rtt: Rtt::default(),
             rto_backoff: 0,
             last_rto: 0,
@@ -212,7 +219,7 @@ impl<F> Default for Stream<F> {
             probe_id: 0,
             probe_echo: 0,
             rcv_next: 0,
-            reorder: BTreeMap::new(),
+            reorder: Lazy::default(),
             ack_owed: 0,
             ack_due: None,
             ack_now: false,
@@ -220,16 +227,16 @@ impl<F> Default for Stream<F> {
     }
 }
 
-impl<F> Stream<F> {
+impl<F: 'static> Stream<F> {
     /// Forgets the sequence state of a dead incarnation (the RTT estimate is kept: the path
     /// is the same).
     pub(super) fn reset(&mut self) {
-        self.pending.clear();
-        self.ctl_bulk.clear();
+        self.pending.release();
+        self.ctl_bulk.release();
         self.n_ctl = 0;
-        self.unacked.clear();
-        self.resend.clear();
-        self.reorder.clear();
+        self.unacked.release();
+        self.resend.release();
+        self.reorder.release();
         self.next_seq = 0;
         self.rcv_next = 0;
         self.ack_owed = 0;
@@ -386,7 +393,7 @@ impl<F> Stream<F> {
         // lost: resend it now, at most once per round trip. (Only while frames are missing:
         // on a lossless link no ack has bits set.)
         if let Some(h) = highest {
-            let rtt = self.rtt.srtt.max(rto_min_ns / 2);
+            let rtt = self.rtt.srtt().max(rto_min_ns / 2);
             for d in self.unacked.iter_mut().take(h) {
                 if !d.acked && !d.queued && now.saturating_sub(d.last_sent) >= rtt {
                     d.queued = true;
@@ -434,7 +441,8 @@ impl<F> Stream<F> {
 
     /// The held frame that is next in order, if the gap before it has filled.
     pub(super) fn take_held(&mut self) -> Option<F> {
-        // Nearly always nothing is held (no gap): no tree walk for it.
+        // Nearly always nothing is held (no gap): no tree walk for it (and no reorder
+        // buffer allocated for it).
         if self.reorder.is_empty() {
             return None;
         }
@@ -485,7 +493,7 @@ impl<F> Stream<F> {
         };
         let mut piggybacked = false;
         // Retransmissions first: they hold up the receiver's in-order delivery.
-        while src.room() {
+        while src.room() && !self.resend.is_empty() {
             let Some(seq) = self.resend.pop_front() else {
                 break;
             };

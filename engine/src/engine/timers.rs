@@ -17,9 +17,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         self.last_timer_scan = now;
-        if self.credit_pressure
+        // A reclaim round goes on where the last pass left it; a new one starts under
+        // pressure, at most every quarter of the idle time.
+        if self.reclaim_cursor != 0 {
+            self.reclaim_idle_credit(now);
+        } else if self.credit_pressure
             && now.saturating_sub(self.last_reclaim) >= self.cfg.credit_idle_ns / 4
         {
+            self.credit_pressure = false;
             self.last_reclaim = now;
             self.reclaim_idle_credit(now);
         }
@@ -56,7 +61,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         match peer.conn.state {
             PeerState::Idle => return,
             PeerState::Connecting => {
-                if now.saturating_sub(peer.conn.connect_first) > timeout {
+                if now.saturating_sub(peer.conn.last_rx) > timeout {
                     self.stats.peer_timeouts += 1;
                     self.reset_peer(p, Error::PeerUnreachable);
                 }

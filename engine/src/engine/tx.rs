@@ -92,25 +92,29 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if state != PeerState::Connected {
             return sent;
         }
-        let limit = self.cfg.window.min(self.peers[p].conn.remote_window) as usize;
-        // The stream is taken out while it drives the burst: building a frame needs the
-        // engine (the send's buffer, the copy engine, a failed send's completion), never
-        // the stream itself.
-        let header = self.header(p, Kind::Ping);
-        let mut stream = std::mem::take(&mut self.peers[p].stream);
-        let out = stream.transmit(
-            &mut Burst {
-                engine: self,
-                link,
-                header,
-                budget,
-            },
-            now,
-            limit,
-        );
-        self.peers[p].stream = stream;
-        self.stats.retransmits += out.retransmits;
-        sent += out.frames;
+        // A peer visited only for its ack (the common case with many peers, each sending
+        // now and then) skips the stream's transmit pass and the move of the stream.
+        if self.peers[p].stream.has_tx() {
+            let limit = self.cfg.window.min(self.peers[p].conn.remote_window) as usize;
+            // The stream is taken out while it drives the burst: building a frame needs the
+            // engine (the send's buffer, the copy engine, a failed send's completion), never
+            // the stream itself.
+            let header = self.header(p, Kind::Ping);
+            let mut stream = std::mem::take(&mut self.peers[p].stream);
+            let out = stream.transmit(
+                &mut Burst {
+                    engine: self,
+                    link,
+                    header,
+                    budget,
+                },
+                now,
+                limit,
+            );
+            self.peers[p].stream = stream;
+            self.stats.retransmits += out.retransmits;
+            sent += out.frames;
+        }
         // The retransmit timer's probe, behind everything sent so far.
         if self.peers[p].stream.probe && self.tx.len() < budget {
             let id = self.peers[p].stream.probe_id.wrapping_add(1);
@@ -130,8 +134,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let ack =
             stream.ack_due_at(now) || stream.probe_reply || self.idle && stream.ack_due.is_some();
         if ack && self.tx.len() < budget {
+            // The selective ack only when frames are missing: an ack without it reads as
+            // "nothing held beyond the cumulative ack".
+            let gaps = !stream.reorder.is_empty();
             let mut h = Repr {
-                length: wire::ACK_PAYLOAD_LEN as u32,
+                length: if gaps {
+                    wire::ACK_PAYLOAD_LEN as u32
+                } else {
+                    0
+                },
                 ..self.header(p, Kind::Ack)
             };
             if stream.probe_reply {
@@ -139,8 +150,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 h.msg_id = stream.probe_echo as u32;
             }
             let mut payload = [0u8; wire::ACK_PAYLOAD_LEN];
-            self.peers[p].stream.sack().emit(&mut payload);
-            if self.emit(link, h, Some(&payload)) {
+            if gaps {
+                self.peers[p].stream.sack().emit(&mut payload);
+            }
+            if self.emit(link, h, gaps.then_some(&payload[..])) {
                 sent += 1;
                 self.stats.acks_sent += 1;
                 self.peers[p].stream.acked();

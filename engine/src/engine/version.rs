@@ -65,7 +65,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 ..Repr::default()
             });
         }
-        if let Some(&p) = self.peer_index.get(&src_mac) {
+        if let Some(p) = self.peer_of(src_mac) {
             self.stats.peer_version_mismatch += 1;
             self.reset_peer(p, move |a: EndpointAddr| Error::WireVersion(a, theirs));
         }

@@ -20,7 +20,9 @@ use crate::wire::{self, Kind, Repr};
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Moves the sends that waited for the connection onto the wire queue, in order.
     pub(in crate::engine) fn flush_waiting(&mut self, p: usize) {
-        while let Some(id) = self.peers[p].msgs.waiting.pop_front() {
+        while !self.peers[p].msgs.waiting.is_empty()
+            && let Some(id) = self.peers[p].msgs.waiting.pop_front()
+        {
             self.queue_send(p, id);
         }
     }
