@@ -2,48 +2,99 @@
 //! (`02:00:00:00:00:01/3`) and is kept in `proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_MTL]`.
 //! Peers Open MPI did not pass to add_procs (`mpi_add_procs_cutoff`, dynamic processes) are
 //! looked up the first time they are used.
+//!
+//! add_procs opens nothing: it reads each address from the modex (local data once Open MPI
+//! has exchanged it) and keeps it in the process's own endpoint slot, packed into the
+//! pointer-sized word itself (a MAC and an endpoint id are 64 bits): no allocation and no
+//! message per process. The engine connects to a peer node on the first message to it.
 
 use crate::ffi::{self, ompi_communicator_t, ompi_proc_t};
 use crate::report::{self, c_str};
 use std::os::raw::c_int;
 use std::sync::Mutex;
-use tigon_engine::EndpointAddr;
 use tigon_engine::addr::text_wire;
+use tigon_engine::{EndpointAddr, MacAddr};
 
-/// What the MTL keeps per peer process.
-pub struct Endpoint {
-    pub addr: EndpointAddr,
+const _: () = assert!(
+    size_of::<usize>() >= 8,
+    "an address is packed into a pointer-sized slot"
+);
+
+/// An address as the word kept in a process's endpoint slot (never 0: no tigon address has
+/// an all-zero MAC and endpoint 0, which `lookup` refuses).
+fn pack(a: EndpointAddr) -> usize {
+    let m = a.mac.0;
+    let mac = u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
+    (mac << 16 | a.ep as u64) as usize
+}
+
+fn unpack(w: usize) -> EndpointAddr {
+    let b = (w as u64 >> 16).to_be_bytes();
+    EndpointAddr::new(MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]]), w as u16)
+}
+
+/// What add_procs needs of Open MPI's processes: the MTL's slot in each, and the modex.
+/// (A trait so that the unit tests can run add_procs over fake processes.)
+pub(crate) trait Procs {
+    type P: Copy;
+    /// The word in the process's MTL endpoint slot (0: none yet).
+    fn slot(&self, p: Self::P) -> usize;
+    fn set_slot(&self, p: Self::P, w: usize);
+    /// The address text the process published (a local read once the modex is exchanged).
+    fn modex(&self, p: Self::P) -> Result<String, String>;
+    /// "name on host", for messages.
+    fn name(&self, p: Self::P) -> String;
+}
+
+/// Open MPI's processes.
+struct Ompi;
+
+impl Procs for Ompi {
+    type P = *mut ompi_proc_t;
+    fn slot(&self, p: Self::P) -> usize {
+        // SAFETY: `p` is a live ompi_proc_t.
+        unsafe { ffi::tigon_proc_endpoint(p) as usize }
+    }
+    fn set_slot(&self, p: Self::P, w: usize) {
+        // SAFETY: `p` is live; the slot is the MTL's own, and Open MPI never dereferences it
+        // (it holds a packed address, not a pointer).
+        unsafe { ffi::tigon_proc_set_endpoint(p, w as *mut std::ffi::c_void) };
+    }
+    fn modex(&self, p: Self::P) -> Result<String, String> {
+        let mut data: *mut std::ffi::c_void = std::ptr::null_mut();
+        let mut size: usize = 0;
+        // SAFETY: `p` is a live ompi_proc_t and the out-pointers are valid locals.
+        let rc = unsafe { ffi::tigon_modex_recv(p, &mut data, &mut size) };
+        if rc != ffi::OMPI_SUCCESS || data.is_null() {
+            return Err(format!(
+                "no tigon address in the modex (error {rc}): did that process select tigon?"
+            ));
+        }
+        // SAFETY: the modex returned `size` bytes at `data`, malloc'd for us.
+        let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size) };
+        let text = String::from_utf8_lossy(bytes)
+            .trim_end_matches('\0')
+            .to_string();
+        // SAFETY: `data` was allocated by the modex with malloc and is ours to free.
+        unsafe { libc::free(data) };
+        Ok(text)
+    }
+    fn name(&self, p: Self::P) -> String {
+        // SAFETY: `p` is a live ompi_proc_t; the shim returns Open MPI's static name buffers.
+        let (name, host) = unsafe { (ffi::tigon_proc_name(p), ffi::tigon_proc_host(p)) };
+        format!("{} on {}", c_str(name), c_str(host))
+    }
 }
 
 /// Serialises lazy additions (two threads may meet the same new peer).
 static ADDING: Mutex<()> = Mutex::new(());
 
-fn proc_name(p: *const ompi_proc_t) -> String {
-    // SAFETY: `p` is a live ompi_proc_t; the shim returns Open MPI's static name buffers.
-    let (name, host) = unsafe { (ffi::tigon_proc_name(p), ffi::tigon_proc_host(p)) };
-    format!("{} on {}", c_str(name), c_str(host))
-}
-
 /// Reads a peer's address from the modex.
-fn lookup(p: *mut ompi_proc_t) -> Result<EndpointAddr, String> {
-    let mut data: *mut std::ffi::c_void = std::ptr::null_mut();
-    let mut size: usize = 0;
-    // SAFETY: `p` is a live ompi_proc_t and the out-pointers are valid locals.
-    let rc = unsafe { ffi::tigon_modex_recv(p, &mut data, &mut size) };
-    if rc != ffi::OMPI_SUCCESS || data.is_null() {
-        return Err(format!(
-            "no tigon address in the modex (error {rc}): did that process select tigon?"
-        ));
-    }
-    // SAFETY: the modex returned `size` bytes at `data`, malloc'd for us.
-    let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size) }.to_vec();
-    // SAFETY: `data` was allocated by the modex with malloc and is ours to free.
-    unsafe { libc::free(data) };
-    let text = String::from_utf8_lossy(&bytes);
-    let text = text.trim_end_matches('\0');
+fn lookup<T: Procs>(t: &T, p: T::P) -> Result<EndpointAddr, String> {
+    let text = t.modex(p)?;
     // Agents of one job must agree on the encapsulation: say so now, not by a timeout later.
     if let Some(m) = crate::state::mtl() {
-        let (ours, theirs) = (text_wire(m.client.addr_text()), text_wire(text));
+        let (ours, theirs) = (text_wire(m.client.addr_text()), text_wire(&text));
         if ours != theirs {
             return Err(format!(
                 "its tigon agent runs --wire {theirs} ({text}), this process's runs --wire \
@@ -51,61 +102,52 @@ fn lookup(p: *mut ompi_proc_t) -> Result<EndpointAddr, String> {
             ));
         }
     }
-    text.parse::<EndpointAddr>()
+    let a = text.parse::<EndpointAddr>()?;
+    if pack(a) == 0 {
+        return Err(format!("`{text}` is not a tigon address"));
+    }
+    Ok(a)
 }
 
-fn add_one(p: *mut ompi_proc_t) -> c_int {
-    // SAFETY: `p` is a live ompi_proc_t.
-    if !unsafe { ffi::tigon_proc_endpoint(p) }.is_null() {
-        return ffi::OMPI_SUCCESS;
-    }
-    match lookup(p) {
-        Ok(addr) => {
-            report::verbose(10, &format!("peer {}: {addr}", proc_name(p)));
-            let ep = Box::into_raw(Box::new(Endpoint { addr }));
-            // SAFETY: `p` is live; the slot takes ownership of the box until del_procs.
-            unsafe { ffi::tigon_proc_set_endpoint(p, ep.cast()) };
-            ffi::OMPI_SUCCESS
+/// Records every process's address (see the module doc); stops at the first that has none.
+pub(crate) fn add_procs_in<T: Procs>(t: &T, procs: &[T::P]) -> c_int {
+    let _g = ADDING.lock().unwrap_or_else(|p| p.into_inner());
+    for &p in procs {
+        if t.slot(p) != 0 {
+            continue;
         }
-        Err(why) => {
-            let name = proc_name(p);
-            report::show_help(
-                "no endpoint",
-                &format!("mtl:tigon: no tigon address for process {name}: {why}"),
-                &name,
-                &why,
-            );
-            ffi::OMPI_ERR_UNREACH
+        match lookup(t, p) {
+            Ok(addr) => t.set_slot(p, pack(addr)),
+            Err(why) => {
+                let name = t.name(p);
+                report::show_help(
+                    "no endpoint",
+                    &format!("mtl:tigon: no tigon address for process {name}: {why}"),
+                    &name,
+                    &why,
+                );
+                return ffi::OMPI_ERR_UNREACH;
+            }
         }
     }
+    ffi::OMPI_SUCCESS
 }
 
 /// add_procs: resolves every process's address.
 pub fn add_procs(procs: &[*mut ompi_proc_t]) -> c_int {
-    let _g = ADDING.lock().unwrap_or_else(|p| p.into_inner());
-    for &p in procs {
-        let rc = add_one(p);
-        if rc != ffi::OMPI_SUCCESS {
-            return rc;
-        }
-    }
-    ffi::OMPI_SUCCESS
+    let rc = add_procs_in(&Ompi, procs);
+    report::verbose(
+        10,
+        &format!("add_procs: {} processes, rc {rc}", procs.len()),
+    );
+    rc
 }
 
 /// del_procs: forgets the processes' addresses.
 pub fn del_procs(procs: &[*mut ompi_proc_t]) -> c_int {
     let _g = ADDING.lock().unwrap_or_else(|p| p.into_inner());
     for &p in procs {
-        // SAFETY: `p` is a live ompi_proc_t.
-        let ep = unsafe { ffi::tigon_proc_endpoint(p) } as *mut Endpoint;
-        if !ep.is_null() {
-            // SAFETY: the slot held a box from `add_one`; clearing it first makes us its only
-            // owner.
-            unsafe {
-                ffi::tigon_proc_set_endpoint(p, std::ptr::null_mut());
-                drop(Box::from_raw(ep));
-            }
-        }
+        Ompi.set_slot(p, 0);
     }
     ffi::OMPI_SUCCESS
 }
@@ -117,19 +159,121 @@ pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<EndpointAddr,
     if p.is_null() {
         return Err(ffi::OMPI_ERR_BAD_PARAM);
     }
-    // SAFETY: `p` is a live ompi_proc_t.
-    let mut ep = unsafe { ffi::tigon_proc_endpoint(p) } as *const Endpoint;
-    if ep.is_null() {
+    let mut w = Ompi.slot(p);
+    if w == 0 {
         let rc = add_procs(&[p]);
         if rc != ffi::OMPI_SUCCESS {
             return Err(rc);
         }
-        // SAFETY: as above.
-        ep = unsafe { ffi::tigon_proc_endpoint(p) } as *const Endpoint;
+        w = Ompi.slot(p);
     }
-    // SAFETY: a non-null slot holds an `Endpoint` box from `add_one`, freed only by del_procs,
-    // which Open MPI calls once no communicator uses the process.
-    unsafe { ep.as_ref() }
-        .map(|e| e.addr)
-        .ok_or(ffi::OMPI_ERR_UNREACH)
+    if w == 0 {
+        return Err(ffi::OMPI_ERR_UNREACH);
+    }
+    Ok(unpack(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// Counts the bytes this thread holds, so that a test can tell what add_procs keeps.
+    struct Counting;
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+    }
+    // SAFETY: every call goes to the system allocator unchanged; only a counter is kept.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            LIVE.with(|c| c.set(c.get() + l.size() as isize));
+            // SAFETY: forwarded as is.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            LIVE.with(|c| c.set(c.get() - l.size() as isize));
+            // SAFETY: forwarded as is.
+            unsafe { System.dealloc(p, l) }
+        }
+    }
+    #[global_allocator]
+    static A: Counting = Counting;
+
+    /// Processes of a fake job: 64 ranks per node, addresses as the agents publish them.
+    struct Fake {
+        slots: Vec<Cell<usize>>,
+        modex_reads: Cell<usize>,
+    }
+
+    fn addr_text(i: usize) -> String {
+        let node = i / 64 + 1;
+        format!(
+            "02:00:00:{:02x}:{:02x}:{:02x}/{}",
+            node >> 16,
+            (node >> 8) & 0xff,
+            node & 0xff,
+            i % 64
+        )
+    }
+
+    impl Procs for Fake {
+        type P = usize;
+        fn slot(&self, p: usize) -> usize {
+            self.slots[p].get()
+        }
+        fn set_slot(&self, p: usize, w: usize) {
+            self.slots[p].set(w);
+        }
+        fn modex(&self, p: usize) -> Result<String, String> {
+            self.modex_reads.set(self.modex_reads.get() + 1);
+            Ok(addr_text(p))
+        }
+        fn name(&self, p: usize) -> String {
+            format!("rank {p}")
+        }
+    }
+
+    #[test]
+    fn add_procs_of_65536_processes_keeps_no_memory_and_sends_nothing() {
+        let n = 65_536;
+        let fake = Fake {
+            slots: (0..n).map(|_| Cell::new(0)).collect(),
+            modex_reads: Cell::new(0),
+        };
+        let procs: Vec<usize> = (0..n).collect();
+        let before = LIVE.with(Cell::get);
+        let rc = add_procs_in(&fake, &procs);
+        let kept = LIVE.with(Cell::get) - before;
+        assert_eq!(rc, ffi::OMPI_SUCCESS);
+        // One local modex read per process and nothing else: the interface add_procs has
+        // to the outside is `Procs`, which cannot send; connections wait for a first message.
+        assert_eq!(fake.modex_reads.get(), n);
+        assert!(
+            kept <= 64 * n as isize,
+            "add_procs kept {kept} bytes for {n} processes"
+        );
+        assert_eq!(kept, 0, "the address lives in the process's own slot");
+        for p in [0, 1, 63, 64, 4095, n - 1] {
+            assert_eq!(unpack(fake.slot(p)).to_string(), addr_text(p));
+        }
+        // Processes already added are not read again.
+        assert_eq!(add_procs_in(&fake, &procs), ffi::OMPI_SUCCESS);
+        assert_eq!(fake.modex_reads.get(), n);
+    }
+
+    #[test]
+    fn packed_addresses_round_trip_and_are_never_zero() {
+        for t in [
+            "02:00:00:00:00:01/0",
+            "ff:ff:ff:ff:ff:ff/65535",
+            "0a:1b:2c:3d:4e:5f/3",
+        ] {
+            let a: EndpointAddr = t.parse().unwrap();
+            assert_ne!(pack(a), 0);
+            assert_eq!(unpack(pack(a)), a);
+        }
+        let zero: EndpointAddr = "00:00:00:00:00:00/0".parse().unwrap();
+        assert_eq!(pack(zero), 0);
+    }
 }
