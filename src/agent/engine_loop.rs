@@ -105,8 +105,8 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
         last_cpu: tigon_shm::signals::thread_cpu_ns(),
         gaps: LoopGaps::default(),
         loops: 0,
-        last_work: now,
-        last_beat: now,
+        last_work: 0,
+        last_beat: 0,
         shutdown_at: None,
     }
     .run();
@@ -146,8 +146,9 @@ struct EngineLoop<'a> {
     /// others).
     gaps: LoopGaps,
     loops: u32,
-    last_work: Instant,
-    last_beat: Instant,
+    /// Engine-clock times of the last pass that did work, and of the last heartbeat.
+    last_work: u64,
+    last_beat: u64,
     shutdown_at: Option<Instant>,
 }
 
@@ -157,20 +158,25 @@ impl EngineLoop<'_> {
             let now = self.start_iteration();
             let mut work = 0;
             for i in 0..self.nodes.len() {
-                work += self.poll_engine(i, now);
-                work += self.serve_clients(i);
+                let (w, t) = self.poll_engine(i, now);
+                work += w + self.serve_clients(i, t);
             }
             self.loops = self.loops.wrapping_add(1);
-            if work == 0 || self.loops.is_multiple_of(64) {
+            // The control threads' commands (attach, stats) can wait a few passes of a
+            // spinning engine (looking costs a channel lock per node); one that sleeps looks
+            // before each sleep, as the control thread's doorbell woke it.
+            if self.loops.is_multiple_of(16) || work == 0 && !self.spin {
                 work += self.take_commands();
             }
-            self.beat();
+            self.beat(now);
             if self.leaving() {
                 return;
             }
+            // One clock read per pass (`now`): a spinning engine's idle pass is mostly the
+            // clock otherwise.
             if work > 0 {
-                self.last_work = Instant::now();
-            } else if self.spin || self.last_work.elapsed() < self.idle.spin {
+                self.last_work = now;
+            } else if self.spin || now.saturating_sub(self.last_work) < self.idle.spin_ns() {
                 std::hint::spin_loop();
             } else {
                 self.sleep();
@@ -207,21 +213,22 @@ impl EngineLoop<'_> {
         now
     }
 
-    /// Node `i`'s frames in, protocol, frames out, timers, copy completions.
-    fn poll_engine(&mut self, i: usize, now: u64) -> usize {
+    /// Node `i`'s frames in, protocol, frames out, timers, copy completions. Returns the work
+    /// done and the time after it (the clock is read again only if there was work).
+    fn poll_engine(&mut self, i: usize, now: u64) -> (usize, u64) {
         let n = &mut self.nodes[i];
         let work = n.eng.poll(&mut n.link, now);
-        if work > 0 {
-            let spent = self.clock().saturating_sub(now) / 1000;
-            self.gaps.max_poll_us = self.gaps.max_poll_us.max(spent);
+        if work == 0 {
+            return (0, now);
         }
-        work
+        let t = self.clock();
+        self.gaps.max_poll_us = self.gaps.max_poll_us.max(t.saturating_sub(now) / 1000);
+        (work, t)
     }
 
-    /// Node `i`'s clients' requests to its engine, the engine's completions to the clients;
-    /// the node's control thread hears of clients disconnected meanwhile.
-    fn serve_clients(&mut self, i: usize) -> usize {
-        let t = self.clock();
+    /// Node `i`'s clients' requests to its engine, the engine's completions to the clients
+    /// (from time `t`); the node's control thread hears of clients disconnected meanwhile.
+    fn serve_clients(&mut self, i: usize, t: u64) -> usize {
         let n = &mut self.nodes[i];
         let work = n.served.requests(&mut n.eng, REQUEST_BURST) + n.served.completions(&mut n.eng);
         for (client, _) in n.served.evicted.drain(..) {
@@ -269,9 +276,9 @@ impl EngineLoop<'_> {
     }
 
     /// Every 50 ms, bumps each channel's heartbeat (clients watch it to tell a live agent).
-    fn beat(&mut self) {
-        if self.last_beat.elapsed() >= Duration::from_millis(50) {
-            self.last_beat = Instant::now();
+    fn beat(&mut self, now: u64) {
+        if now.saturating_sub(self.last_beat) >= 50_000_000 {
+            self.last_beat = now;
             for n in &self.nodes {
                 n.served.beat();
             }
@@ -338,7 +345,7 @@ impl EngineLoop<'_> {
         // before any receive is posted, and left in the ring they would wait out the long
         // sleep (measured: 4 ms Waitalls and the sender's timeouts firing).
         let deaf = self.wire_fds.len() < self.nodes.len();
-        if deaf && (pending > 0 || self.last_work.elapsed() < Duration::from_secs(1)) {
+        if deaf && (pending > 0 || now.saturating_sub(self.last_work) < 1_000_000_000) {
             wait.min(self.idle.poll)
         } else {
             wait

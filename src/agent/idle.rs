@@ -17,6 +17,11 @@ pub struct Idle {
 }
 
 impl Idle {
+    /// [`Idle::spin`] in nanoseconds.
+    pub fn spin_ns(&self) -> u64 {
+        self.spin.as_nanos() as u64
+    }
+
     /// The policy of checked settings (`--cpu-latency`, `--idle-spin-us`, `--idle-poll-us`).
     pub fn new(s: &Settings) -> Idle {
         let _qos = s
