@@ -373,11 +373,10 @@ fn run_tigon(
     let mut r = mpi::summarize(Transport::Tigon, line, &recs);
     r.error = err;
     r.seconds = secs;
-    let stats: Vec<serde_json::Value> = cluster
-        .nodes
-        .iter()
-        .filter_map(|n| tigon_client::agent_stats(&n.socket).ok())
-        .collect();
+    let stats = node_stats(&cluster);
+    if r.error.is_none() {
+        r.copies = copies_per_byte(&cluster, &stats);
+    }
     if !stats.is_empty() {
         r.agent_stats = Some(serde_json::Value::Array(stats));
     }
@@ -393,4 +392,73 @@ fn run_tigon(
     }
     drop(cluster);
     r
+}
+
+/// Every node's `tigon stats`.
+fn node_stats(cluster: &crate::fabric::Cluster) -> Vec<serde_json::Value> {
+    cluster
+        .nodes
+        .iter()
+        .filter_map(|n| tigon_client::agent_stats(&n.socket).ok())
+        .collect()
+}
+
+/// CPU copies per payload byte at 64 B (eager) and 4 MiB (rendezvous): a short NetPIPE job
+/// of each size on the cluster, the agents' copy counters before and after.
+fn copies_per_byte(
+    cluster: &crate::fabric::Cluster,
+    before: &[serde_json::Value],
+) -> Vec<mpi::CopyRow> {
+    let sum = |st: &[serde_json::Value], keys: &[&str]| -> u64 {
+        st.iter()
+            .flat_map(|s| {
+                keys.iter()
+                    .map(move |k| s["copies"][*k].as_u64().unwrap_or(0))
+            })
+            .sum()
+    };
+    let mut rows = Vec::new();
+    let mut prev = before.to_vec();
+    for (size, reps) in [(64usize, 2000), (4 << 20, 20)] {
+        let out = cluster.dir.join(format!("np-copies-{size}.out"));
+        let prog: Vec<String> = [
+            "NPopenmpi".to_string(),
+            "-p".into(),
+            "0".into(),
+            "-l".into(),
+            size.to_string(),
+            "-u".into(),
+            size.to_string(),
+            "-n".into(),
+            reps.to_string(),
+            "-o".into(),
+            out.display().to_string(),
+        ]
+        .into();
+        report::progress(&format!("bench mpi: tigon: copies at {size} B (NetPIPE)"));
+        let Ok(mut cmd) = crate::run::mpirun_command(cluster, 2, &[], &prog) else {
+            break;
+        };
+        let ok = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let now = node_stats(cluster);
+        if !ok || now.len() != prev.len() {
+            eprintln!("bench mpi: the NetPIPE job counting copies at {size} B failed");
+            break;
+        }
+        let d = |keys: &[&str]| sum(&now, keys).saturating_sub(sum(&prev, keys)) as f64;
+        let payload = d(&["payload_bytes"]);
+        if payload > 0.0 {
+            rows.push(mpi::CopyRow {
+                size,
+                engine: d(&["cpu_bytes", "direct_bytes"]) / payload,
+                ranks: d(&["rank_bytes"]) / payload,
+            });
+        }
+        prev = now;
+    }
+    rows
 }

@@ -25,6 +25,7 @@ pub use options::{
 pub use record::{Record, parse_lines};
 pub use render::render;
 pub use summary::{
-    AvailRow, BwRow, DbufRow, EmpRow, LogpRow, MpiReport, Pct, TransportResult, pct, summarize,
+    AvailRow, BwRow, CopyRow, DbufRow, EmpRow, LogpRow, MpiReport, Pct, TransportResult, pct,
+    summarize,
 };
 pub use targets::{avail_at, dbuf_peak, targets};

@@ -333,6 +333,18 @@ pub fn render(rep: &MpiReport, targets: &[Target]) -> String {
             s.push('\n');
         }
     }
+    for r in ts {
+        for c in &r.copies {
+            s.push_str(&format!(
+                "{}: CPU copies per payload byte at {}: {:.2} (engines {:.2}, ranks {:.2})\n",
+                r.label,
+                human_size(c.size),
+                c.engine + c.ranks,
+                c.engine,
+                c.ranks
+            ));
+        }
+    }
     s.push_str("targets (tigon, this machine, this run):\n");
     s.push_str(&report::render_targets(targets));
     s.push('\n');

@@ -132,6 +132,16 @@ pub struct TransportResult {
     pub emp: Vec<EmpRow>,
     /// The agents' counters after the run (tigon only).
     pub agent_stats: Option<serde_json::Value>,
+    /// CPU copies per payload byte delivered, at a few message sizes (tigon only).
+    pub copies: Vec<CopyRow>,
+}
+
+/// CPU copies per payload byte of messages of one size, from the agents' counters.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyRow {
+    pub size: usize,
+    pub engine: f64,
+    pub ranks: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -161,6 +171,7 @@ pub fn summarize(t: Transport, mpirun: String, recs: &[Record]) -> TransportResu
         double_buffering: Vec::new(),
         emp: Vec::new(),
         agent_stats: None,
+        copies: Vec::new(),
     };
     let mut sizes: Vec<usize> = Vec::new();
     for x in recs {
