@@ -177,6 +177,26 @@ fn agent_options_are_checked_before_dpdk() {
     ] {
         assert_refused(&[&["agent"][..], args, &port].concat(), words);
     }
+    // Several nodes in one agent: each node's options are checked like the agent's, and
+    // what belongs to the whole agent or would clash is refused, all before DPDK starts.
+    let node = |port: &str, sock: &str| format!(r#"{{"port":"{port}","socket":"/tmp/{sock}"}}"#);
+    let (a, b) = (
+        node("net_null0", "cli-a.sock"),
+        node("net_null1", "cli-b.sock"),
+    );
+    let bad_mtu = r#"{"port":"net_null1","socket":"/tmp/cli-b.sock","mtu":1234}"#;
+    let lcore = r#"{"port":"net_null1","socket":"/tmp/cli-b.sock","lcore":1}"#;
+    let same = node("net_null0", "cli-b.sock");
+    let ns = r#"{"port":"net_null1","socket":"/tmp/cli-b.sock","netns":"tigon-no-such-ns"}"#;
+    for (second, words) in [
+        (bad_mtu, &["node 1: --mtu 1234"][..]),
+        (lcore, &["node 1: \"lcore\" belongs to the agent"][..]),
+        (&same, &["both name the port `net_null0`"][..]),
+        (ns, &["--netns tigon-no-such-ns", "ip netns"][..]),
+        ("{port:", &["--node {port:", "JSON"][..]),
+    ] {
+        assert_refused(&["agent", "--node", &a, "--node", second], words);
+    }
 }
 
 #[test]
