@@ -172,6 +172,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn take_posted(&mut self, ep: u16, info: MsgInfo) -> Option<ReqId> {
         let e = self.eps.get_mut(ep).ok()?;
         let reqs = &mut self.reqs;
+        // Usually the oldest posted receive takes it: one look at it, one pop.
+        let front = *e.posted.front()?;
+        if let Some(r) = reqs.recv_mut(front)
+            && r.spec.matches(info.match_bits, info.src_rank)
+        {
+            r.info = Some(info);
+            e.posted.pop_front();
+            return Some(front);
+        }
         let matches = |reqs: &Requests, id: ReqId| match reqs.get(id) {
             Some(Req {
                 kind: ReqKind::Recv(r),
@@ -179,13 +188,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }) => r.spec.matches(info.match_bits, info.src_rank),
             _ => false,
         };
-        // Usually the oldest posted receive takes it: one look, one pop.
-        let id = if matches(reqs, *e.posted.front()?) {
-            e.posted.pop_front()?
-        } else {
-            let i = e.posted.iter().position(|&id| matches(reqs, id))?;
-            e.posted.remove(i)?
-        };
+        let i = e.posted.iter().position(|&id| matches(reqs, id))?;
+        let id = e.posted.remove(i)?;
         if let Some(r) = reqs.recv_mut(id) {
             r.info = Some(info);
         }
