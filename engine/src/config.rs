@@ -10,8 +10,9 @@ pub struct Config {
     pub rndv_threshold: usize,
     /// Bytes the receiver asks for in one pull request.
     pub pull_block: usize,
-    /// Pull requests kept outstanding per message, at least: the next is asked before the
-    /// current ends, and as many as fill the frame window to the sender.
+    /// Pull requests kept outstanding per peer node, at least (over all the messages pulled
+    /// from it, oldest message first): as many as fill the frame window to the sender, the
+    /// next asked as soon as a block's worth of bytes has arrived.
     pub pull_outstanding: usize,
     /// Sequenced frames in flight per peer (and the receiver's reorder window).
     pub window: u32,

@@ -420,3 +420,41 @@ fn mprobed_message_says_whether_it_has_arrived() {
         assert_eq!(w.mem(1).get(&buf).unwrap(), &pattern(0, 3, len)[..]);
     }
 }
+
+#[test]
+fn rendezvous_messages_from_one_peer_are_pulled_one_after_another() {
+    // Four 4 MiB messages matched at once: the receiver pulls a frame window's worth from
+    // the peer over all of them, the oldest first, so the first completes after about its
+    // own bytes (not after every message has been pulled in parallel, which would spread
+    // both sides' copies over 16 MiB of buffers at once and queue them all at the sender).
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    const LEN: usize = 4 << 20;
+    let mut rs = Vec::new();
+    for i in 0..4 {
+        rs.push(recv(&mut w, 1, 0, 1, LEN));
+        send(&mut w, 0, b, 0, 1, pattern(0, i, LEN), SendMode::Standard);
+    }
+    let first = rs[0].0;
+    let mut copied_at_first = None;
+    let mut done = 0;
+    w.run_until(2_000_000, |w| {
+        while let Some(c) = w.nodes[1].eng.pop_completion() {
+            received(&c);
+            if c.req == first {
+                let copy = w.nodes[1].eng.copy_engine();
+                copied_at_first = Some(CopyEngine::<Vec<u8>>::copied_bytes(copy).1);
+            }
+            done += 1;
+        }
+        done == 4
+    });
+    let copied = copied_at_first.expect("first receive completed");
+    assert!(
+        copied <= (LEN + (2 << 20)) as u64,
+        "{copied} bytes had arrived when the first 4 MiB message completed"
+    );
+    for (i, (_, buf)) in rs.iter().enumerate() {
+        assert_eq!(w.mem(1).get(buf).unwrap(), &pattern(0, i as u32, LEN));
+    }
+}

@@ -185,6 +185,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         msgs.sends.release();
         msgs.pulls.release();
+        msgs.pull_inflight = 0;
         msgs.in_eager = None;
         peer.stream.reset();
         peer.conn.connect_ack_owed = false;
@@ -252,10 +253,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             for id in sends {
                 self.finish(id, Err(Error::EndpointClosed));
             }
+            let any_pull = !pulls.is_empty();
             for (msg_id, id) in pulls {
-                self.peers[p].msgs.pulls.remove(&msg_id);
+                self.end_pull(id);
                 self.finish(id, Err(Error::EndpointClosed));
                 self.refuse_msg(p, msg_id);
+            }
+            if any_pull {
+                // The budget they held goes to the other endpoints' pulls.
+                self.pump_pulls(p);
             }
         }
     }

@@ -120,10 +120,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }) => Some((*peer, *msg_id)),
             _ => None,
         };
+        self.end_pull(id);
         self.finish(id, Err(e));
         if let Some((peer, msg_id)) = pull {
-            self.peers[peer].msgs.pulls.remove(&msg_id);
             self.send_fin(peer, msg_id);
+            self.pump_pulls(peer);
         }
     }
 }

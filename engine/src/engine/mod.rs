@@ -78,6 +78,10 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// the next timer pass.
     credit_pressure: bool,
     copy: C,
+    /// Pulling receives with bytes not asked yet, oldest first, all peers: a peer's next
+    /// block is asked for its oldest, so its messages arrive one after another (kept here,
+    /// not per peer: few receives pull at a time, and an idle peer holds nothing for them).
+    pull_wait: VecDeque<ReqId>,
     /// Copies in submission order: the receive they belong to, and whether finished.
     copy_fifo: VecDeque<(ReqId, bool)>,
     copy_done: Vec<Result<(), CopyError>>,
@@ -132,6 +136,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             grants_total: 0,
             credit_pressure: false,
             copy,
+            pull_wait: VecDeque::new(),
             copy_fifo: VecDeque::new(),
             copy_done: Vec::new(),
             completions: VecDeque::new(),

@@ -130,6 +130,10 @@ pub(super) struct Msgs {
     pub(super) sends: Lazy<HashMap<u32, ReqId>>,
     /// Rendezvous receives pulling from the peer.
     pub(super) pulls: Lazy<HashMap<u32, ReqId>>,
+    /// Bytes asked of the peer by Pull and not arrived yet, over all its messages: bounded
+    /// by the frame window the peer may have in flight to us (more only queues at the
+    /// sender, and spreads its reads and our writes over every message at once).
+    pub(super) pull_inflight: u32,
     /// The eager message arriving now (its fragments come in order).
     pub(super) in_eager: Option<InEager>,
 }
@@ -173,6 +177,7 @@ impl<F: 'static> Peer<F> {
                 waiting: Lazy::default(),
                 sends: Lazy::default(),
                 pulls: Lazy::default(),
+                pull_inflight: 0,
                 in_eager: None,
             },
         }

@@ -1,5 +1,6 @@
 //! Rendezvous messages: the sender announces the message (RTS, header only); the receiver,
-//! once a receive matches, pulls the data in blocks (Pull → PullData), several outstanding,
+//! once a receive matches, pulls the data in blocks (Pull → PullData), several outstanding
+//! per peer (a frame window's worth, over all its messages, the oldest first),
 //! straight into the posted buffer, and ends with FIN, which completes the send.
 
 use crate::copy::CopyEngine;
@@ -10,6 +11,17 @@ use crate::engine::types::{Error, Outcome, ReqId};
 use crate::engine::unexpected::Unexp;
 use crate::link::Link;
 use crate::wire::{self, Kind, Repr};
+
+/// What asking for the next block of a pull did.
+enum Ask {
+    Asked,
+    /// The peer's pull budget is full: later, as bytes arrive.
+    Full,
+    /// Nothing left to ask (or the receive is gone).
+    Done,
+    /// The receive pulls from another peer.
+    OtherPeer,
+}
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// An RTS: pull at once into a posted receive, or store the header until one is posted.
@@ -60,30 +72,57 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             got: 0,
         };
         self.peers[p].msgs.pulls.insert(msg_id, id);
-        for _ in 0..self.pull_window(p) {
-            self.ask_block(id);
-        }
+        self.pull_wait.push_back(id);
+        self.pump_pulls(p);
         // A zero-byte pull (truncated to nothing) finishes at once.
         self.maybe_finish_pull(id);
     }
 
-    /// Blocks kept requested per message: enough to fill the frame window the sender may
-    /// have in flight to us (fewer and the pipe drains between blocks: the sender idles
-    /// while its window has room), at least `pull_outstanding`.
-    fn pull_window(&self, p: usize) -> usize {
+    /// Bytes kept requested from peer `p`, over all the messages pulled from it: enough to
+    /// fill the frame window the sender may have in flight to us (less and the pipe drains
+    /// between blocks: the sender idles while its window has room), at least
+    /// `pull_outstanding` blocks. More would only queue at the sender.
+    fn pull_budget(&self, p: usize) -> u64 {
         let conn = &self.peers[p].conn;
         let frames = self.cfg.window.min(conn.remote_window) as usize;
-        let bytes = frames * conn.frag;
-        bytes
-            .div_ceil(self.cfg.pull_block.max(1))
-            .clamp(self.cfg.pull_outstanding, 256)
+        let block = self.cfg.pull_block.max(1);
+        let blocks = (frames * conn.frag)
+            .div_ceil(block)
+            .clamp(self.cfg.pull_outstanding, 256);
+        // The count is kept in 32 bits (an idle peer's state is tight).
+        ((blocks * block) as u64).min(u32::MAX as u64)
     }
 
-    /// Queues the next pull request of receive `id`, if any bytes remain unasked.
-    fn ask_block(&mut self, id: ReqId) {
+    /// Asks peer `p` for blocks while its pull budget has room, for its oldest pulling
+    /// receive first: messages from one peer are pulled one after another, not all at once.
+    pub(in crate::engine) fn pump_pulls(&mut self, p: usize) {
+        if self.pull_wait.is_empty() {
+            return;
+        }
+        let budget = self.pull_budget(p);
+        let inflight = self.peers[p].msgs.pull_inflight as u64;
+        if inflight > 0 && inflight + self.cfg.pull_block as u64 > budget {
+            return;
+        }
+        let mut i = 0;
+        while let Some(&id) = self.pull_wait.get(i) {
+            match self.ask_block(id, p, budget) {
+                Ask::Asked => {}
+                Ask::Full => break,
+                Ask::Done => {
+                    self.pull_wait.remove(i);
+                }
+                Ask::OtherPeer => i += 1,
+            }
+        }
+    }
+
+    /// Queues the next pull request of receive `id` if it pulls from peer `p` and the peer's
+    /// budget has room for it.
+    fn ask_block(&mut self, id: ReqId, p: usize, budget: u64) -> Ask {
         let block = self.cfg.pull_block as u64;
         let Some(r) = self.reqs.recv_mut(id) else {
-            return;
+            return Ask::Done;
         };
         let RecvState::Pulling {
             peer,
@@ -93,20 +132,50 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ..
         } = &mut r.state
         else {
-            return;
+            return Ask::Done;
         };
         if *asked >= *want {
-            return;
+            return Ask::Done;
+        }
+        if *peer != p {
+            return Ask::OtherPeer;
         }
         let len = (*want - *asked).min(block);
-        let (p, m, off) = (*peer, *msg_id, *asked);
+        let (m, off) = (*msg_id, *asked);
+        let msgs = &mut self.peers[p].msgs;
+        // Always one block at least, whatever the budget.
+        let inflight = msgs.pull_inflight as u64;
+        if inflight > 0 && inflight + len > budget {
+            return Ask::Full;
+        }
         *asked += len;
+        msgs.pull_inflight = (inflight + len).min(u32::MAX as u64) as u32;
         self.peers[p].stream.queue(TxDesc {
             offset: off,
             total: len,
             ..TxDesc::new(Kind::Pull, m)
         });
         self.mark_active(p);
+        Ask::Asked
+    }
+
+    /// Receive `id` stops pulling (done or failed): the bytes it had asked for and not
+    /// received leave its peer's budget.
+    pub(in crate::engine) fn end_pull(&mut self, id: ReqId) {
+        if let Some(r) = self.reqs.recv_mut(id)
+            && let RecvState::Pulling {
+                peer,
+                msg_id,
+                asked,
+                got,
+                ..
+            } = r.state
+        {
+            let msgs = &mut self.peers[peer].msgs;
+            msgs.pulls.remove(&msg_id);
+            let left = asked.saturating_sub(got).min(u32::MAX as u64) as u32;
+            msgs.pull_inflight = msgs.pull_inflight.saturating_sub(left);
+        }
     }
 
     /// Completes pulling receive `id` once every byte has arrived and been copied, and tells
@@ -133,7 +202,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let info = r.info.expect("matched");
         let truncated = info.len > r.buf.len;
-        self.peers[peer].msgs.pulls.remove(&msg_id);
+        self.end_pull(id);
         self.finish(
             id,
             Ok(Outcome::Received {
@@ -187,8 +256,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
-    /// A fragment of a pulled block: copy it into the receive; the block's first fragment
-    /// asks for the next block, keeping `pull_outstanding` in flight.
+    /// A fragment of a pulled block: copy it into the receive; its bytes leave the peer's
+    /// pull budget, which asks for the next block once a block's worth has arrived.
     pub(super) fn on_pull_data(&mut self, p: usize, r: &Repr, f: L::Frame) {
         let Some(&id) = self.peers[p].msgs.pulls.get(&r.msg_id) else {
             self.stats.drop_unknown_msg += 1;
@@ -207,7 +276,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         *got += r.length as u64;
         rr.received += r.length as u64;
         let buf = rr.buf;
-        let first = r.frag_index == 0;
+        let msgs = &mut self.peers[p].msgs;
+        msgs.pull_inflight = msgs.pull_inflight.saturating_sub(r.length);
         if r.length > 0 {
             self.submit_copy(
                 id,
@@ -217,10 +287,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 r.offset,
             );
         }
-        if first {
-            self.ask_block(id);
-        }
         self.maybe_finish_pull(id);
+        self.pump_pulls(p);
     }
 
     /// The receiver has the whole message: the send completes. Flagged NO_ENDPOINT: no
