@@ -53,6 +53,13 @@ pub struct Config {
     pub rto_initial_ns: u64,
     /// A frame unacknowledged this long fails every operation with its peer.
     pub peer_timeout_ns: u64,
+    /// A session with a peer node that has carried nothing either way for this long, with
+    /// nothing in flight, is retired: its state is forgotten and its slot reused. A peer that
+    /// still holds the session learns it on its next frame (answered by a Reset) or from a
+    /// new Connect, and starts a new session, resending what the retired one never took.
+    /// 0: never. More than `peer_timeout_ns` (so that whatever the peer sent before has been
+    /// acknowledged or given up).
+    pub session_idle_ns: u64,
     /// Frames handled per poll step in each direction.
     pub burst: usize,
     /// Checksum payloads, not only headers: `None` (the default) does so only on links
@@ -82,6 +89,7 @@ impl Default for Config {
             rto_max_ns: 200_000_000,
             rto_initial_ns: 2_000_000,
             peer_timeout_ns: 5_000_000_000,
+            session_idle_ns: 60_000_000_000,
             burst: 32,
             payload_checksum: None,
         }
@@ -110,6 +118,13 @@ impl Config {
         }
         if self.window == 0 || self.window > crate::wire::SACK_BITS * 4 {
             return Err(format!("window must be 1..={}", crate::wire::SACK_BITS * 4));
+        }
+        if self.session_idle_ns != 0 && self.session_idle_ns <= self.peer_timeout_ns {
+            return Err(format!(
+                "session idle time ({} ms) must be longer than the peer timeout ({} ms), or 0",
+                self.session_idle_ns / 1_000_000,
+                self.peer_timeout_ns / 1_000_000
+            ));
         }
         if self.rto_min_ns == 0 || self.rto_min_ns > self.rto_max_ns {
             return Err("rto_min_ns must be positive and at most rto_max_ns".into());

@@ -33,6 +33,10 @@ pub struct Stats {
     pub credit_reclaims: u64,
     pub tx_backpressure: u64,
     pub peer_restarts: u64,
+    /// Sessions retired here after `session_idle_ns` idle, and sessions a peer had retired
+    /// that this side started anew (its frames resent in the new session).
+    pub sessions_retired: u64,
+    pub sessions_renewed: u64,
     pub peer_timeouts: u64,
     /// Handshakes from peers of another wire version (their operations failed at once).
     pub peer_version_mismatch: u64,

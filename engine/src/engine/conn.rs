@@ -12,6 +12,16 @@ use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr};
 
+/// The address of a retired session's slot until it is reused (no node has it).
+const RETIRED: MacAddr = MacAddr([0; 6]);
+
+/// A connection's id on one side: its node's session mixed with the sequence number its
+/// stream starts at (a bijection of each given the other; never 0, which means "none").
+fn conn_id(session: u32, isn: u32) -> u32 {
+    let x = (session ^ isn.rotate_left(13)).wrapping_mul(0x9e37_79b1) ^ isn;
+    x.max(1)
+}
+
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The peer node `mac`, added on first use.
     pub(super) fn peer_for(&mut self, mac: MacAddr) -> usize {
@@ -19,8 +29,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return p;
         }
         let frag = self.cfg.max_frame - wire::OVERHEAD;
-        self.peers.push(Peer::new(mac, frag));
-        let p = self.peers.len() - 1;
+        // The slot of a retired session if there is one.
+        let p = if let Some(p) = self.free.pop() {
+            self.peers[p] = Peer::new(mac, frag);
+            p
+        } else {
+            self.peers.push(Peer::new(mac, frag));
+            self.peers.len() - 1
+        };
         let peers = &self.peers;
         self.peer_index.insert(mac, p, |q| peers[q].mac);
         self.stats.peers += 1;
@@ -56,7 +72,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     pub(super) fn start_connect(&mut self, p: usize, now: u64) {
+        use rand::Rng;
+        let isn = self.rng.r#gen::<u32>();
+        self.peers[p].stream.start(isn);
         let conn = &mut self.peers[p].conn;
+        conn.local = conn_id(self.session, isn);
         conn.state = PeerState::Connecting;
         conn.last_rx = now;
         conn.connect_sent = 0;
@@ -64,13 +84,25 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
-    fn accept(&mut self, p: usize, session: u32, c: ConnectRepr, now: u64) {
+    /// The handshake is done: the peer's session `session`, its stream starting at
+    /// `peer_isn`, its limits `c`.
+    fn accept(&mut self, p: usize, session: u32, peer_isn: u32, c: ConnectRepr, now: u64) {
+        use rand::Rng;
         self.grant_for_new_peer(p);
+        if self.peers[p].conn.state == PeerState::Idle {
+            // Answering a Connect: this side's stream starts now (a side that sent its own
+            // Connect started it then).
+            let isn = self.rng.r#gen::<u32>();
+            self.peers[p].stream.start(isn);
+            self.peers[p].conn.local = conn_id(self.session, isn);
+        }
         let max_frame = self.cfg.max_frame.min(c.max_frame as usize);
         let peer = &mut self.peers[p];
+        peer.stream.rcv_next = peer_isn;
+        peer.conn.remote = conn_id(session, peer_isn);
         peer.conn.state = PeerState::Connected;
         peer.conn.remote_session = session;
-        peer.conn.frag = max_frame - wire::OVERHEAD;
+        peer.conn.frag = (max_frame - wire::OVERHEAD) as u32;
         peer.conn.remote_window = c.window;
         peer.conn.last_rx = now;
         peer.credit.grant = c.eager_credit;
@@ -88,9 +120,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if conn.state == PeerState::Connected && conn.remote_session != r.src_session {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
+        } else if conn.state == PeerState::Connected && conn_id(r.src_session, r.seq) != conn.remote
+        {
+            // The same incarnation of the peer, a stream starting elsewhere: not a copy of
+            // the Connect this session began with, but a new session (the peer retired ours).
+            self.renew_session(p);
         }
         if self.peers[p].conn.state != PeerState::Connected {
-            self.accept(p, r.src_session, c, now);
+            self.accept(p, r.src_session, r.seq, c, now);
         }
         self.peers[p].conn.connect_ack_owed = true;
         self.mark_active(p);
@@ -109,28 +146,85 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         };
         match self.peers[p].conn.state {
-            PeerState::Connecting => self.accept(p, r.src_session, c, now),
+            // An answer to this Connect (it echoes where our stream starts), not to an
+            // earlier one.
+            PeerState::Connecting if r.ack != self.peers[p].stream.next_seq => {
+                self.stats.drop_stale += 1;
+            }
+            PeerState::Connecting => self.accept(p, r.src_session, r.seq, c, now),
             PeerState::Connected if self.peers[p].conn.remote_session != r.src_session => {
                 self.stats.peer_restarts += 1;
                 self.reset_peer(p, Error::PeerRestarted);
-                self.accept(p, r.src_session, c, now);
+                self.accept(p, r.src_session, r.seq, c, now);
             }
             _ => {}
         }
     }
 
-    /// A Reset from node `from`: a new incarnation of a connected peer voids the old one.
-    pub(super) fn on_reset(&mut self, r: Repr, from: MacAddr) {
-        if r.dst_session != self.session {
+    /// A Reset from node `from`: a new incarnation of a connected peer voids the old one;
+    /// the same incarnation says it retired the session, and a new one starts.
+    pub(super) fn on_reset(&mut self, r: Repr, from: MacAddr, now: u64) {
+        let Some(p) = self.peer_of(from) else {
+            return;
+        };
+        let conn = &self.peers[p].conn;
+        if conn.state != PeerState::Connected || r.dst_session != conn.local {
+            // About another connection (an earlier one, or a copy): nothing of this one.
             return;
         }
-        if let Some(p) = self.peer_of(from)
-            && self.peers[p].conn.state == PeerState::Connected
-            && self.peers[p].conn.remote_session != r.src_session
-        {
+        if conn.remote_session != r.src_session {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
+        } else {
+            self.renew_session(p);
+            self.start_connect(p, now);
         }
+    }
+
+    /// Peer `p` retired the session (a Reset from its same incarnation, or a Connect that
+    /// starts a new stream). It retires only a session with nothing in flight, idle for
+    /// longer than the peer timeout, so every frame of ours it never acknowledged was sent
+    /// after it forgot the session and was refused: those go again, in order, in the new
+    /// session, ahead of what was still queued. Credit starts over both ways (the grant it
+    /// gave is gone; a message already charged to it is not charged again).
+    pub(super) fn renew_session(&mut self, p: usize) {
+        self.stats.sessions_renewed += 1;
+        let peer = &mut self.peers[p];
+        peer.stream.requeue_unacked();
+        peer.conn.state = PeerState::Idle;
+        peer.conn.connect_ack_owed = false;
+        self.grants_total -= peer.credit.reset() as u64;
+        self.mark_active(p);
+    }
+
+    /// Whether peer `p`'s session may be retired now: idle both ways for `session_idle_ns`,
+    /// nothing queued, unacknowledged, owed or waiting, no message of it in the store.
+    pub(super) fn retirable(&self, p: usize, now: u64) -> bool {
+        let peer = &self.peers[p];
+        let idle = self.cfg.session_idle_ns;
+        idle != 0
+            && peer.mac != self.mac
+            && peer.mac != RETIRED
+            && !peer.in_active
+            && !peer.in_armed
+            && !peer.timed()
+            && peer.conn.state != PeerState::Connecting
+            && !peer.conn.connect_ack_owed
+            && !peer.credit.reclaiming
+            && !self.unex.holds_from(p)
+            && now.saturating_sub(peer.conn.last_rx) >= idle
+    }
+
+    /// Forgets peer `p`'s session and frees its slot (see `Config::session_idle_ns`).
+    pub(super) fn retire(&mut self, p: usize) {
+        let mac = self.peers[p].mac;
+        self.grants_total -= self.peers[p].credit.reset() as u64;
+        let peers = &self.peers;
+        self.peer_index.remove(mac, |q| peers[q].mac);
+        let frag = self.cfg.max_frame - wire::OVERHEAD;
+        self.peers[p] = Peer::new(RETIRED, frag);
+        self.free.push(p);
+        self.stats.sessions_retired += 1;
     }
 
     /// Tells the sender of `r` that it addressed an earlier incarnation of this node.

@@ -66,6 +66,43 @@ impl PeerIndex {
         self.buckets[b] = slot;
     }
 
+    /// Forgets the peer with address `mac` (backward-shift deletion: the probe sequences of
+    /// the entries after it stay unbroken, with no tombstones).
+    pub(super) fn remove(&mut self, mac: MacAddr, mac_of: impl Fn(usize) -> MacAddr) -> bool {
+        if self.buckets.is_empty() {
+            return false;
+        }
+        let mask = self.buckets.len() - 1;
+        let mut b = bucket(mac, mask);
+        loop {
+            let s = self.buckets[b];
+            if s == EMPTY {
+                return false;
+            }
+            if mac_of(s as usize) == mac {
+                break;
+            }
+            b = (b + 1) & mask;
+        }
+        let mut hole = b;
+        let mut next = (b + 1) & mask;
+        while self.buckets[next] != EMPTY {
+            let s = self.buckets[next];
+            let home = bucket(mac_of(s as usize), mask);
+            // Move `s` into the hole if its home is not in (hole, next] (cyclically).
+            let dist_home = next.wrapping_sub(home) & mask;
+            let dist_hole = next.wrapping_sub(hole) & mask;
+            if dist_home >= dist_hole {
+                self.buckets[hole] = s;
+                hole = next;
+            }
+            next = (next + 1) & mask;
+        }
+        self.buckets[hole] = EMPTY;
+        self.len -= 1;
+        true
+    }
+
     /// Bytes the index holds.
     pub(super) fn bytes(&self) -> usize {
         self.buckets.capacity() * size_of::<u32>()
@@ -81,7 +118,7 @@ mod tests {
     }
 
     #[test]
-    fn finds_what_was_inserted_among_many() {
+    fn finds_inserts_and_removes_among_many() {
         let n = 70_000;
         let macs: Vec<MacAddr> = (0..n).map(mac).collect();
         let mut ix = PeerIndex::default();
@@ -91,6 +128,15 @@ mod tests {
         }
         assert!(ix.bytes() <= 4 * 4 * n);
         assert!((0..n).all(|i| ix.get(macs[i], |s| macs[s]) == Some(i)));
+        // Remove every third; the rest stay found, the removed are gone.
+        for i in (0..n).step_by(3) {
+            assert!(ix.remove(macs[i], |s| macs[s]));
+        }
+        for i in 0..n {
+            let want = (i % 3 != 0).then_some(i);
+            assert_eq!(ix.get(macs[i], |s| macs[s]), want, "peer {i}");
+        }
+        assert!(!ix.remove(macs[0], |s| macs[s]));
         assert_eq!(ix.get(mac(n + 5), |s| macs[s]), None);
     }
 }

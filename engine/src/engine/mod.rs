@@ -70,6 +70,10 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// Peers that went idle, and when: their queues' buffers are given back once they have
     /// stayed idle for `credit_idle_ns` (a peer talked to again soon keeps them).
     went_idle: VecDeque<(usize, u64)>,
+    /// Peers whose buffers were given back, and when: their sessions are retired once idle
+    /// for `session_idle_ns` (timers.rs); their slots are reused (`free`).
+    retire_check: VecDeque<(usize, u64)>,
+    free: Vec<usize>,
     reqs: Requests,
     unex: unexpected::Store,
     /// Bytes of the unexpected store granted to peers as eager credit.
@@ -131,6 +135,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             active: Vec::new(),
             armed: Vec::new(),
             went_idle: VecDeque::new(),
+            retire_check: VecDeque::new(),
+            free: Vec::new(),
             reqs: Requests::default(),
             unex: unexpected::Store::default(),
             grants_total: 0,

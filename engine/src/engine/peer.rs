@@ -25,12 +25,20 @@ pub(super) enum PeerState {
 #[derive(Debug)]
 pub(super) struct Conn {
     pub(super) state: PeerState,
+    /// The peer node's session (its incarnation: new with every engine).
     pub(super) remote_session: u32,
+    /// This connection's ids, this side's and the peer's: each a mix of the node's session
+    /// and the sequence number its stream starts at (random per connection). Every frame but
+    /// the handshake carries them, so that nothing of an earlier connection between the
+    /// same two incarnations (one was retired) passes for this one: not its frames, nor its
+    /// acks.
+    pub(super) local: u32,
+    pub(super) remote: u32,
     /// Payload bytes per frame to this peer.
-    pub(super) frag: usize,
+    pub(super) frag: u32,
     pub(super) remote_window: u32,
     pub(super) connect_sent: u64,
-    pub(super) connect_tries: u32,
+    pub(super) connect_tries: u16,
     pub(super) connect_ack_owed: bool,
     /// When the peer was last heard from; while connecting, when the connect began (its
     /// deadline runs from there).
@@ -156,6 +164,7 @@ pub(super) struct Peer<F> {
 
 impl<F: 'static> Peer<F> {
     pub(super) fn new(mac: MacAddr, frag: usize) -> Self {
+        let frag = frag as u32;
         Peer {
             mac,
             in_active: false,
@@ -163,6 +172,8 @@ impl<F: 'static> Peer<F> {
             conn: Conn {
                 state: PeerState::Idle,
                 remote_session: 0,
+                local: 0,
+                remote: 0,
                 frag,
                 remote_window: 1,
                 connect_sent: 0,

@@ -56,27 +56,27 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         match kind {
             Kind::Connect => self.on_connect(r, from, f.as_ref(), now),
             Kind::ConnectAck => self.on_connect_ack(r, from, f.as_ref(), now),
-            Kind::Reset => self.on_reset(r, from),
+            Kind::Reset => self.on_reset(r, from, now),
             _ => {
                 // A compact frame names both sessions by one tag: checked against the
                 // connection below, and never answered with a Reset (it does not say whom
                 // to address; its retransmission carries the full header and will be).
                 let small = kind == Kind::Small;
-                if !small && r.dst_session != self.session {
-                    // Addressed to an earlier incarnation of this node: tell the sender.
-                    self.stats.drop_stale += 1;
-                    self.send_reset(r);
-                    return;
-                }
                 let Some(p) = self.find_peer(from) else {
+                    // A connection this node retired, or one with an earlier incarnation of
+                    // this node: the sender is told (the Reset names this incarnation), and
+                    // starts a new one or fails what it had in flight.
                     self.stats.drop_stale += 1;
+                    if !small {
+                        self.send_reset(r);
+                    }
                     return;
                 };
                 let conn = &self.peers[p].conn;
                 let same = if small {
-                    r.tag == wire::session_tag(conn.remote_session, self.session)
+                    r.tag == wire::session_tag(conn.remote, conn.local)
                 } else {
-                    conn.remote_session == r.src_session
+                    r.src_session == conn.remote && r.dst_session == conn.local
                 };
                 if conn.state != PeerState::Connected || !same {
                     self.stats.drop_stale += 1;

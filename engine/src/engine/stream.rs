@@ -246,6 +246,44 @@ impl<F: 'static> Stream<F> {
         self.probe_reply = false;
     }
 
+    /// Starts a session's streams: this side's numbers from `isn` (random: frames of an
+    /// earlier session between the same nodes fall outside the window), the peer's from
+    /// `rcv_isn` once known.
+    pub(super) fn start(&mut self, isn: u32) {
+        self.next_seq = isn;
+    }
+
+    /// The first sequence number of this side's stream in this session (what Connect and
+    /// ConnectAck carry): until the peer is connected it acknowledges nothing, so it is the
+    /// oldest frame unacknowledged, or the next to send.
+    pub(super) fn isn(&self) -> u32 {
+        self.unacked.front().map_or(self.next_seq, |d| d.seq)
+    }
+
+    /// The peer forgot the session (it retired it): the frames it never acknowledged go
+    /// back in front of their queues, in order, for a new session; the sequence state is
+    /// forgotten.
+    pub(super) fn requeue_unacked(&mut self) {
+        let old: Vec<TxDesc> = self.unacked.iter().filter(|d| !d.acked).copied().collect();
+        self.unacked.release();
+        self.resend.release();
+        self.reorder.release();
+        for d in old.into_iter().rev() {
+            self.unqueue(TxDesc {
+                retries: 0,
+                queued: false,
+                ..d
+            });
+        }
+        self.rcv_next = 0;
+        self.ack_owed = 0;
+        self.ack_due = None;
+        self.ack_now = false;
+        self.probe = false;
+        self.probe_reply = false;
+        self.rto_backoff = 0;
+    }
+
     /// Frames to send or resend.
     pub(super) fn has_tx(&self) -> bool {
         !self.resend.is_empty() || self.probe || self.has_new()

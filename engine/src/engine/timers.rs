@@ -51,6 +51,20 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let peer = &mut self.peers[p];
             if !peer.in_armed && !peer.timed() {
                 peer.shrink();
+                if self.cfg.session_idle_ns != 0 {
+                    self.retire_check.push_back((p, now));
+                }
+            }
+        }
+        // Sessions idle for `session_idle_ns` are retired (a peer busy again meanwhile is
+        // not; it comes back here the next time it goes idle).
+        while let Some(&(p, since)) = self.retire_check.front() {
+            if now.saturating_sub(since) < self.cfg.session_idle_ns {
+                break;
+            }
+            self.retire_check.pop_front();
+            if self.retirable(p, now) {
+                self.retire(p);
             }
         }
     }

@@ -78,8 +78,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             dst_mac: peer.mac,
             src_mac: self.mac,
             kind: Some(kind),
-            src_session: self.session,
-            dst_session: peer.conn.remote_session,
+            src_session: peer.conn.local,
+            dst_session: peer.conn.remote,
             ack: peer.stream.rcv_next,
             credit: peer.credit.released,
             ..Repr::default()
@@ -173,7 +173,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 (self.cfg.rto_initial_ns << conn.connect_tries.min(12)).min(self.cfg.rto_max_ns);
             if conn.connect_tries == 0 || now.saturating_sub(conn.connect_sent) >= backoff {
                 let h = Repr {
+                    src_session: self.session,
                     dst_session: 0,
+                    seq: self.peers[p].stream.isn(),
                     length: wire::CONNECT_PAYLOAD_LEN as u32,
                     ..self.header(p, Kind::Connect)
                 };
@@ -181,11 +183,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 sent += self.emit(link, h, Some(&payload)) as usize;
                 let conn = &mut self.peers[p].conn;
                 conn.connect_sent = now;
-                conn.connect_tries += 1;
+                conn.connect_tries = conn.connect_tries.saturating_add(1);
             }
         }
         if self.peers[p].conn.connect_ack_owed && state == PeerState::Connected {
+            // The node's session (its incarnation), this side's stream start, and (in `ack`,
+            // the peer having taken nothing yet) the start of the peer's that it answers.
             let h = Repr {
+                src_session: self.session,
+                dst_session: self.peers[p].conn.remote_session,
+                seq: self.peers[p].stream.isn(),
                 length: wire::CONNECT_PAYLOAD_LEN as u32,
                 ..self.header(p, Kind::ConnectAck)
             };

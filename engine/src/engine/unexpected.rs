@@ -31,6 +31,9 @@ pub(super) struct Store {
     rts: usize,
     /// Messages taken by `improbe`, by handle, until `imrecv` receives them.
     pub(super) probed: HashMap<u64, u64>,
+    /// Messages held per peer node (only peers with some): a session is not retired while
+    /// the store holds its messages.
+    held: HashMap<usize, u32>,
 }
 
 impl Default for Store {
@@ -41,6 +44,7 @@ impl Default for Store {
             bytes: 0,
             rts: 0,
             probed: HashMap::default(),
+            held: HashMap::default(),
         }
     }
 }
@@ -52,12 +56,19 @@ impl Store {
         self.next += 1;
         self.bytes += x.data.capacity() as u64;
         self.rts += usize::from(x.rndv);
+        *self.held.entry(x.peer).or_insert(0) += 1;
         self.msgs.insert(u, x);
         u
     }
 
     pub(super) fn remove(&mut self, u: u64) -> Option<Unexp> {
         let x = self.msgs.remove(&u)?;
+        if let Some(n) = self.held.get_mut(&x.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&x.peer);
+            }
+        }
         self.bytes -= x.data.capacity() as u64;
         self.rts -= usize::from(x.rndv);
         Some(x)
@@ -74,6 +85,11 @@ impl Store {
     pub(super) fn matches(&self, u: u64, spec: &MatchSpec) -> bool {
         self.get(u)
             .is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank))
+    }
+
+    /// Whether messages of peer node `p` are held.
+    pub(super) fn holds_from(&self, p: usize) -> bool {
+        self.held.contains_key(&p)
     }
 
     /// Bytes held by eager messages.

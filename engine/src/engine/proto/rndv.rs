@@ -86,7 +86,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let conn = &self.peers[p].conn;
         let frames = self.cfg.window.min(conn.remote_window) as usize;
         let block = self.cfg.pull_block.max(1);
-        let blocks = (frames * conn.frag)
+        let blocks = (frames * conn.frag as usize)
             .div_ceil(block)
             .clamp(self.cfg.pull_outstanding, 256);
         // The count is kept in 32 bits (an idle peer's state is tight).
