@@ -126,8 +126,16 @@ impl AgentArgs {
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let f: AgentArgs =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        self.fill_from(&f);
+        Ok(self)
+    }
+}
+
+impl AgentArgs {
+    /// Takes every option `self` leaves unset from `f`.
+    pub(super) fn fill_from(&mut self, f: &AgentArgs) {
         macro_rules! fill {
-            ($($f:ident),*) => { $( if self.$f.is_none() { self.$f = f.$f; } )* };
+            ($($f:ident),*) => { $( if self.$f.is_none() { self.$f = f.$f.clone(); } )* };
         }
         fill!(
             port,
@@ -154,7 +162,6 @@ impl AgentArgs {
             netns,
             nodes
         );
-        Ok(self)
     }
 }
 

@@ -90,35 +90,10 @@ fn agent_only(n: &AgentArgs) -> Option<&'static str> {
 }
 
 impl AgentArgs {
-    /// This node's options with what it leaves unset taken from `top`.
+    /// This node's options with what it leaves unset taken from `top` (never its nodes).
     fn over(mut self, top: &AgentArgs) -> AgentArgs {
-        macro_rules! fill {
-            ($($f:ident),*) => { $( if self.$f.is_none() { self.$f = top.$f.clone(); } )* };
-        }
-        fill!(
-            port,
-            lcore,
-            socket,
-            mtu,
-            dma,
-            dma_threshold,
-            idle,
-            allow_uid,
-            rndv_threshold,
-            peer_timeout_ms,
-            idle_spin_us,
-            idle_poll_us,
-            cpu_latency,
-            nice,
-            payload_checksum,
-            wire,
-            ip,
-            gateway,
-            udp_port,
-            no_huge,
-            eal,
-            netns
-        );
+        self.fill_from(top);
+        self.nodes = None;
         self
     }
 }
