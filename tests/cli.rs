@@ -127,6 +127,12 @@ fn agent_options_are_checked_before_dpdk() {
         ("--idle", "busy", "spin"),
         ("--nice", "40", "-20 to 19"),
         ("--peer-timeout-ms", "0", "100 to 3600000"),
+        (
+            "--session-idle-ms",
+            "3000",
+            "more than the peer timeout (5000 ms)",
+        ),
+        ("--session-idle-ms", "99999999999", "0 to 86400000"),
         ("--rndv-threshold", "999999999", "0 to 262144"),
         ("--idle-poll-us", "0", "1 to 10000"),
         ("--cpu-latency", "-5", "off"),

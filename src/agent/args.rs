@@ -48,6 +48,12 @@ pub struct AgentArgs {
     /// [default: 5000].
     #[arg(long)]
     pub peer_timeout_ms: Option<u64>,
+    /// A session with a peer node idle this long, with nothing in flight, is retired (its
+    /// state freed; the next message sets up a new one), in milliseconds: 0 (never) or more
+    /// than the peer timeout, at most 86400000 [default: 60000, or twice the peer timeout
+    /// if that is longer].
+    #[arg(long)]
+    pub session_idle_ms: Option<u64>,
     /// With `--idle yield`: keep polling this long after the last work before sleeping, in
     /// microseconds, 0 to 1000000 [default: 0: the polling is charged to the ranks sharing
     /// the core].
@@ -148,6 +154,7 @@ impl AgentArgs {
             allow_uid,
             rndv_threshold,
             peer_timeout_ms,
+            session_idle_ms,
             idle_spin_us,
             idle_poll_us,
             cpu_latency,
@@ -431,6 +438,23 @@ impl AgentArgs {
             cfg.peer_timeout_ns =
                 in_range("peer-timeout-ms", ms, 100, 3_600_000, " ms")? * 1_000_000;
         }
+        cfg.session_idle_ns = match a.session_idle_ms {
+            Some(ms) => {
+                let ms = in_range("session-idle-ms", ms, 0, 86_400_000, " ms")?;
+                if ms != 0 && ms * 1_000_000 <= cfg.peer_timeout_ns {
+                    return bad(
+                        "session-idle-ms",
+                        ms,
+                        &format!(
+                            "use 0 (never) or more than the peer timeout ({} ms)",
+                            cfg.peer_timeout_ns / 1_000_000
+                        ),
+                    );
+                }
+                ms * 1_000_000
+            }
+            None => cfg.session_idle_ns.max(2 * cfg.peer_timeout_ns),
+        };
         let udp = udp_settings(a)?;
         if udp.is_some() {
             // The engine's frames travel behind IPv4 and UDP headers: the MTU must hold both.

@@ -71,9 +71,10 @@ pub fn json(
         },
         "credit": {
             "fallbacks": s.credit_fallbacks, "grants": s.credit_grants, "reclaims": s.credit_reclaims,
+            "stalled": s.rx_stalled,
             "granted_bytes": eng.credit_granted_bytes(),
         },
-        "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts, "version_mismatch": s.peer_version_mismatch },
+        "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts, "version_mismatch": s.peer_version_mismatch, "sessions_retired": s.sessions_retired, "sessions_renewed": s.sessions_renewed },
         "link": link.stats(),
         "engine_loop": gaps,
         "layout": layout,
