@@ -5,13 +5,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tigon_bench::mpi::Transport;
 use tigon_pmd::testbed::{VethPair, unique_tag};
 
 /// The address of each end of the TCP veth pair (inside its own namespace).
 const VETH_ADDRS: [&str; 2] = ["10.72.0.1", "10.72.0.2"];
 const VETH_SUBNET: &str = "10.72.0.0/24";
 
-/// Open MPI's options common to every peer: ob1, yielding when idle as tigon's ranks do.
+/// Open MPI's options for ob1 between the namespaces, yielding when idle as tigon's ranks do.
 fn ob1(cmd: &mut Command, btl: &str) {
     cmd.args([
         "--allow-run-as-root",
@@ -37,21 +38,19 @@ fn rank_exec(cmd: &mut Command) -> Result<(), String> {
     Ok(())
 }
 
-/// ob1/tcp between two ranks on loopback.
+/// ob1/tcp between two ranks on loopback (the benchmarks' command), yielding when idle.
 pub fn tcp_loopback(program: &[String]) -> Result<Command, String> {
-    let mut cmd = Command::new("mpirun");
-    ob1(&mut cmd, "self,tcp");
-    cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
-    rank_exec(&mut cmd)?;
-    cmd.args(program);
-    tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
-    Ok(cmd)
+    ob1_local(Transport::Tcp, program)
 }
 
-/// ob1/vader: two ranks over shared memory.
+/// ob1/vader: two ranks over shared memory (the benchmarks' command), yielding when idle.
 pub fn vader(program: &[String]) -> Result<Command, String> {
-    let mut cmd = Command::new("mpirun");
-    ob1(&mut cmd, "self,vader");
+    ob1_local(Transport::Vader, program)
+}
+
+fn ob1_local(t: Transport, program: &[String]) -> Result<Command, String> {
+    let mut cmd = tigon_bench::mpi::ob1_command(t, &[]);
+    cmd.args(["--mca", "mpi_yield_when_idle", "1"]);
     rank_exec(&mut cmd)?;
     cmd.args(program);
     tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
