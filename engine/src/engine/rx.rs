@@ -35,14 +35,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Demux: which peer node, which incarnation of it. Endpoints are the message layer's
     /// business (proto/): the session is the node's.
     fn on_frame(&mut self, f: L::Frame, now: u64) {
-        let r = match Frame::new_checked(f.as_ref()).and_then(|fr| Repr::parse(&fr)) {
+        // The header is used where it was parsed (a reference into the result), not moved
+        // out of it: it is 88 bytes, and this runs for every frame.
+        let parsed = Frame::new_checked(f.as_ref()).and_then(|fr| Repr::parse(&fr));
+        let r = match &parsed {
             Ok(r) => r,
             Err(wire::Error::Version) => {
                 self.on_other_version(f.as_ref());
                 return;
             }
             Err(e) => {
-                self.stats.drop(e);
+                self.stats.drop(*e);
                 return;
             }
         };
@@ -54,9 +57,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let from = r.src_mac;
         let kind = r.kind.expect("parsed");
         match kind {
-            Kind::Connect => self.on_connect(r, from, f.as_ref(), now),
-            Kind::ConnectAck => self.on_connect_ack(r, from, f.as_ref(), now),
-            Kind::Reset => self.on_reset(r, from, now),
+            Kind::Connect => self.on_connect(*r, from, f.as_ref(), now),
+            Kind::ConnectAck => self.on_connect_ack(*r, from, f.as_ref(), now),
+            Kind::Reset => self.on_reset(*r, from, now),
             _ => {
                 // A compact frame names both sessions by one tag: checked against the
                 // connection below, and never answered with a Reset (it does not say whom
@@ -68,7 +71,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     // starts a new one or fails what it had in flight.
                     self.stats.drop_stale += 1;
                     if !small {
-                        self.send_reset(r);
+                        self.send_reset(*r);
                     }
                     return;
                 };
@@ -100,7 +103,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.mark_active(p);
                 } else {
                     self.on_ack(p, r.ack, r.credit, None, None, now);
-                    self.on_sequenced(p, &r, f, now);
+                    self.on_sequenced(p, r, f, now);
                 }
             }
         }
