@@ -206,7 +206,14 @@ impl Client {
                 (None, None)
             }
         };
-        g.submit(d, Pending::Recv { data, keep })
+        g.submit(
+            d,
+            Pending::Recv {
+                data,
+                keep,
+                lease: false,
+            },
+        )
     }
 
     /// Looks for a matching message without receiving it. Blocks for one round trip through
@@ -257,7 +264,43 @@ impl Client {
     /// Returns the request and whether it went through the channel.
     pub fn irecv_or(&self, spec: MatchSpec, cap: u64, fallback: RecvInto) -> Result<(Req, bool)> {
         let d = recv_desc(spec);
-        self.recv_or(d, cap, fallback)
+        self.recv_or(d, cap, fallback, false)
+    }
+
+    /// [`Client::irecv_or`], but a payload that comes through a channel buffer stays there:
+    /// the receive completes as [`Done::ReceivedInChannel`], whose lease
+    /// [`Client::take_lease`] copies straight into the caller's buffer (one copy, not two).
+    pub fn irecv_or_lease(
+        &self,
+        spec: MatchSpec,
+        cap: u64,
+        fallback: RecvInto,
+    ) -> Result<(Req, bool)> {
+        let d = recv_desc(spec);
+        self.recv_or(d, cap, fallback, true)
+    }
+
+    /// [`Client::imrecv_or`] with the lease of [`Client::irecv_or_lease`].
+    pub fn imrecv_or_lease(
+        &self,
+        handle: u64,
+        cap: u64,
+        fallback: RecvInto,
+    ) -> Result<(Req, bool)> {
+        let d = Desc {
+            op: Op::MRecv as u8,
+            handle,
+            data_idx: NO_DATA,
+            ..Desc::default()
+        };
+        self.recv_or(d, cap, fallback, true)
+    }
+
+    /// Copies a leased payload into `dst` (as much as fits; `None`: nothing, the program no
+    /// longer wants it) and gives its channel buffer back. Returns the bytes copied; a lease
+    /// taken already yields 0.
+    pub fn take_lease(&self, lease: &crate::ops::Lease, dst: Option<&mut [u8]>) -> Result<usize> {
+        self.lock().take_lease(lease, dst)
     }
 
     /// [`Client::imrecv`] with the buffer choice of [`Client::irecv_or`].
@@ -268,10 +311,16 @@ impl Client {
             data_idx: NO_DATA,
             ..Desc::default()
         };
-        self.recv_or(d, cap, fallback)
+        self.recv_or(d, cap, fallback, false)
     }
 
-    fn recv_or(&self, mut d: Desc, cap: u64, fallback: RecvInto) -> Result<(Req, bool)> {
+    fn recv_or(
+        &self,
+        mut d: Desc,
+        cap: u64,
+        fallback: RecvInto,
+        lease: bool,
+    ) -> Result<(Req, bool)> {
         let mut g = self.lock();
         if cap <= self.data_size
             && let Some(di) = g.alloc_data()?
@@ -283,6 +332,7 @@ impl Client {
                 Pending::Recv {
                     data: Some(di),
                     keep: None,
+                    lease,
                 },
             )?;
             return Ok((r, true));
@@ -307,7 +357,14 @@ impl Client {
                 None
             }
         };
-        let r = g.submit(d, Pending::Recv { data: None, keep })?;
+        let r = g.submit(
+            d,
+            Pending::Recv {
+                data: None,
+                keep,
+                lease: false,
+            },
+        )?;
         Ok((r, false))
     }
 
@@ -342,7 +399,14 @@ impl Client {
                 (None, None)
             }
         };
-        g.submit(d, Pending::Recv { data, keep })
+        g.submit(
+            d,
+            Pending::Recv {
+                data,
+                keep,
+                lease: false,
+            },
+        )
     }
 
     /// Asks to cancel a pending receive. `Ok(true)`: it was cancelled (and completes with an

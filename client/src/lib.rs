@@ -27,7 +27,7 @@ mod wait;
 pub use attach::agent_stats;
 pub use client::Client;
 pub use error::{Error, Result};
-pub use ops::{Done, Notified, RecvInto, Req, Status};
+pub use ops::{Done, Lease, Notified, RecvInto, Req, Status};
 use std::path::PathBuf;
 pub use wait::set_wait_policy;
 

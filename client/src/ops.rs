@@ -32,6 +32,13 @@ pub enum Done {
         status: Status,
         data: Option<Vec<u8>>,
     },
+    /// A receive posted with [`Client::irecv_or_lease`] that went through a channel buffer:
+    /// the payload stays there until [`Client::take_lease`] copies it out (once, straight
+    /// into the caller's memory) and frees the buffer.
+    ReceivedInChannel {
+        status: Status,
+        lease: Lease,
+    },
     /// A probe: the message it found, if any, and the handle for `mrecv` (mprobe only).
     Probed {
         found: Option<(Status, u64)>,
@@ -40,6 +47,24 @@ pub enum Done {
     CancelResult {
         cancelled: bool,
     },
+}
+
+/// A payload held in a channel buffer for its receiver (see [`Done::ReceivedInChannel`]).
+/// Taking it twice takes nothing the second time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) di: u32,
+    pub(crate) len: u64,
+}
+
+impl Lease {
+    /// The payload's length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// A finished operation that was given a context with [`Client::notify`].

@@ -22,6 +22,8 @@ pub(crate) enum Pending {
     Recv {
         data: Option<u32>,
         keep: Option<Vec<u8>>,
+        /// The payload of a channel receive stays in its buffer for the caller to take.
+        lease: bool,
     },
     Probe,
     Cancel,
@@ -42,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) sock: UnixStream,
     pub(crate) free_desc: Vec<u32>,
     pub(crate) free_data: Vec<u32>,
+    /// Data buffers holding a payload until its [`crate::Lease`] is taken.
+    pub(crate) leased: Vec<bool>,
     pub(crate) slots: Vec<Slot>,
     pub(crate) dead: Option<String>,
     pub(crate) last_check: Instant,
@@ -55,6 +59,7 @@ impl Inner {
         Inner {
             free_desc: (0..geo.n_desc).rev().collect(),
             free_data: (0..geo.n_data).rev().collect(),
+            leased: vec![false; geo.n_data as usize],
             slots: (0..geo.n_desc)
                 .map(|_| Slot {
                     generation: 0,
@@ -132,6 +137,35 @@ impl Inner {
         if let Pending::Send { data: Some(di), .. } | Pending::Recv { data: Some(di), .. } = what {
             self.free_data.push(*di);
         }
+    }
+
+    /// Copies a leased payload into `dst` (as much as fits; none with `None`), frees its
+    /// buffer, and returns the bytes copied. A lease taken already yields 0.
+    pub(crate) fn take_lease(
+        &mut self,
+        lease: &crate::ops::Lease,
+        dst: Option<&mut [u8]>,
+    ) -> Result<usize> {
+        let di = lease.di;
+        match self.leased.get_mut(di as usize) {
+            Some(l) if *l => *l = false,
+            _ => return Ok(0),
+        }
+        let mut n = 0;
+        let copied = match dst {
+            Some(dst) => {
+                n = dst.len().min(lease.len as usize);
+                self.ch
+                    .data_offset(di)
+                    .and_then(|off| self.ch.region.read(off, &mut dst[..n]))
+                    .map_err(io_err)
+            }
+            None => Ok(()),
+        };
+        self.free_data.push(di);
+        copied?;
+        self.ch.count_client_copy(n as u64);
+        Ok(n)
     }
 
     pub(crate) fn take(&mut self, r: Req) -> Result<Option<Done>> {
@@ -248,7 +282,25 @@ impl Inner {
         };
         let result = match (&what, d.status) {
             (Pending::Send { .. }, status::OK) => Ok(Done::Sent),
-            (Pending::Recv { data, keep }, status::OK) => {
+            (
+                Pending::Recv {
+                    data: Some(di),
+                    lease: true,
+                    ..
+                },
+                status::OK,
+            ) => {
+                // Left where the engine put it: the caller copies it once, into its buffer.
+                let len = d.received.min(self.ch.geo.data_size as u64);
+                if let Some(l) = self.leased.get_mut(*di as usize) {
+                    *l = true;
+                }
+                Ok(Done::ReceivedInChannel {
+                    status: st.clone(),
+                    lease: crate::ops::Lease { di: *di, len },
+                })
+            }
+            (Pending::Recv { data, keep, .. }, status::OK) => {
                 let bytes = match (data, keep) {
                     (Some(di), _) => {
                         let mut v =
@@ -291,6 +343,8 @@ impl Inner {
                     data: Some(v),
                 })
             }
+            // The buffer goes back when the lease is taken.
+            (r @ Ok(Done::ReceivedInChannel { .. }), _) => r,
             (r, w) => {
                 self.release(&w);
                 r

@@ -418,10 +418,12 @@ fn post_recv(
     // its buffer) must not get its buffer written later.
     let mut now = false;
     let posted = match target {
-        Target::Match(spec) => m.client.irecv_or(spec, cap, direct),
+        // A payload that comes through a channel buffer is copied from there straight into
+        // `buf` when the receive completes (request.rs): one copy on this core.
+        Target::Match(spec) => m.client.irecv_or_lease(spec, cap, direct),
         Target::Message(t) => {
             now = t.arrived;
-            m.client.imrecv_or(t.handle, cap, direct)
+            m.client.imrecv_or_lease(t.handle, cap, direct)
         }
     };
     let r = posted.and_then(|(r, channel)| {

@@ -274,6 +274,26 @@ fn recv_outcome(
             let tag = split_bits(status.match_bits).1;
             (status.source as c_int, tag, err, count, false)
         }
+        Ok(Done::ReceivedInChannel { status, lease }) => {
+            let n = (lease.len() as usize).min(st.len);
+            let dst = if live && n > 0 {
+                // SAFETY: `st.buf` holds `st.len` writable bytes (the user's buffer or the
+                // convertor's bounce buffer) until this request completes, unless the program
+                // freed the request (then `live` is false); nothing else writes them meanwhile.
+                Some(unsafe { std::slice::from_raw_parts_mut(st.buf, n) })
+            } else {
+                None
+            };
+            // Also when it is not live: the channel buffer goes back either way.
+            let count = m.client.take_lease(&lease, dst).unwrap_or(0);
+            let err = if status.truncated {
+                ffi::MPI_ERR_TRUNCATE as c_int
+            } else {
+                ffi::MPI_SUCCESS as c_int
+            };
+            let tag = split_bits(status.match_bits).1;
+            (status.source as c_int, tag, err, count, false)
+        }
         Ok(other) => {
             report::always(&format!(
                 "mtl:tigon: internal error: a receive completed as {other:?}"
