@@ -498,6 +498,42 @@ fn config_the_agent_refuses_fails_the_check() {
                 .contains("wire udp 10.1.3.21/24 port 7470 via 10.1.3.1"),
         "{r}"
     );
+    // Several nodes in one agent: the agent's check of each node, for better or worse.
+    let dir = node.dir.path.display();
+    let two = |second: Value| {
+        serde_json::json!({ "lcore": 0, "nodes": [
+            { "port": "net_memif0,role=server,socket=/tmp/doctor-m.sock", "socket": format!("{dir}/a.sock") },
+            second,
+        ]})
+    };
+    for (cfg, status, says) in [
+        (
+            two(
+                serde_json::json!({ "port": "net_memif1,role=client,socket=/tmp/doctor-m.sock", "socket": format!("{dir}/b.sock") }),
+            ),
+            "ok",
+            "2 nodes in one poll loop on lcore 0",
+        ),
+        (
+            two(serde_json::json!({ "port": "net_memif1", "socket": format!("{dir}/a.sock") })),
+            "FAIL",
+            "nodes 0 and 1 both serve",
+        ),
+    ] {
+        let f = node.dir.join("nodes.json");
+        std::fs::write(&f, cfg.to_string()).expect("write config");
+        let r = doctor(
+            &[
+                "--config",
+                f.to_str().unwrap(),
+                "--mtl-dir",
+                node.mtl.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let c = r.get("config");
+        assert!(c.status == status && c.summary.contains(says), "{r}");
+    }
 }
 
 /// The README's sample report (the unlabelled block after "with the agent stopped") names

@@ -26,6 +26,7 @@ mod stats;
 pub use args::AgentArgs;
 use control::{Cmd, Control};
 use engine_loop::ToControl;
+pub use nodes::describe as describe_nodes;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::{Arc, mpsc};

@@ -67,6 +67,22 @@ pub fn plan(top: &AgentArgs) -> Result<Vec<NodePlan>, String> {
     Ok(out)
 }
 
+/// What `tigon doctor` says of an agent configuration with `"nodes"`: the agent's own check,
+/// and each node's port and socket.
+pub fn describe(top: &AgentArgs) -> Result<String, String> {
+    let p = plan(top)?;
+    let nodes: Vec<String> = p
+        .iter()
+        .map(|n| format!("{} at {}", n.settings.devargs, n.settings.socket.display()))
+        .collect();
+    Ok(format!(
+        "{} nodes in one poll loop on lcore {}: {}",
+        p.len(),
+        p[0].settings.lcore,
+        nodes.join("; ")
+    ))
+}
+
 /// The device name of devargs (before the first comma).
 fn device(devargs: &str) -> &str {
     devargs.split(',').next().unwrap_or("").trim()

@@ -195,6 +195,24 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
         {
             // The agent's own check of its settings (`tigon agent --config FILE`): a config
             // the agent would refuse is not "ok" here.
+            // Several nodes in one agent (an emulation): the agent's check of every node.
+            Ok(c) if c.nodes.is_some() => {
+                check = Some(match crate::agent::describe_nodes(&c) {
+                    Ok(d) => Check::ok(
+                        "config",
+                        format!("{} parsed; the agent accepts it ({d})", p.display()),
+                    ),
+                    Err(e) => Check::fail(
+                        "config",
+                        format!("{}: {e}", p.display()),
+                        &cmds![
+                            format!("${{EDITOR:-vi}} {}", p.display()),
+                            "tigon agent --help   # the options, their ranges and defaults",
+                        ],
+                    ),
+                });
+                cfg = c;
+            }
             Ok(c) => {
                 check = Some(match c.settings() {
                     Ok(s) => Check::ok(
