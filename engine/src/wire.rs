@@ -252,6 +252,16 @@ mod field {
     }
 }
 
+/// A connection's id on one side, carried as `src_session` / `dst_session` by every frame but
+/// the handshake: the node's session mixed with the first sequence number of that side's
+/// stream in this connection (random, in the Connect or ConnectAck `seq`). Two connections
+/// between the same two incarnations (one was retired) thus never share ids. Never 0.
+#[inline]
+pub fn conn_id(session: u32, isn: u32) -> u32 {
+    let x = (session ^ isn.rotate_left(13)).wrapping_mul(0x9e37_79b1) ^ isn;
+    x.max(1)
+}
+
 /// The tag a compact frame carries instead of the sender's and the receiver's sessions: a
 /// bijection of each given the other, so a frame of another incarnation of either side
 /// mismatches (but for a 2^-32 chance).

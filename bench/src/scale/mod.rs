@@ -364,3 +364,22 @@ pub fn render(r: &Report) -> String {
     ));
     s
 }
+
+#[cfg(test)]
+mod tests {
+    /// The simulated nodes speak the engine's wire protocol (handshake, connection ids,
+    /// credit): a run that completes without a retransmit says they still do.
+    #[test]
+    fn a_small_run_completes_over_the_simulated_nodes() {
+        let r = super::run(&[3, 64], 2_000).unwrap();
+        for row in &r.rows {
+            assert_eq!(row.retransmits, 0, "{row:?}");
+            assert!(
+                row.msgs_per_s > 0.0 && row.a_frames_per_msg > 0.0,
+                "{row:?}"
+            );
+        }
+        // 64 idle peers: 248 B each and the index (128 buckets of 4 B).
+        assert!(r.rows[1].idle_peer_bytes <= 256.0, "{:?}", r.rows[1]);
+    }
+}

@@ -29,7 +29,8 @@ struct Node {
     /// Messages asked for while connecting, sent once connected.
     queued: u16,
     session: u32,
-    /// The node under test's session, from its ConnectAck.
+    /// The node under test's connection id, from its ConnectAck (its session and the first
+    /// sequence number of its stream; this node's stream starts at 0).
     remote: u32,
     next_seq: u32,
     /// Next sequenced frame expected from the node under test (acknowledged in every frame).
@@ -131,7 +132,8 @@ impl Nodes {
             dst_mac: self.dest.mac,
             src_mac: mac_of(i),
             kind: Some(kind),
-            src_session: n.session,
+            // Connection ids (`wire::conn_id`), the handshake's raw sessions set by the caller.
+            src_session: wire::conn_id(n.session, 0),
             dst_session: n.remote,
             ack: n.rcv_next,
             ..Repr::default()
@@ -140,6 +142,9 @@ impl Nodes {
 
     fn connect(&mut self, i: usize) {
         let h = Repr {
+            src_session: self.nodes[i].session,
+            dst_session: 0,
+            seq: 0,
             length: wire::CONNECT_PAYLOAD_LEN as u32,
             ..self.header(i, Kind::Connect)
         };
@@ -224,7 +229,8 @@ impl Nodes {
                     return;
                 }
                 n.state = State::Connected;
-                n.remote = r.src_session;
+                n.remote = wire::conn_id(r.src_session, r.seq);
+                n.rcv_next = r.seq;
                 n.grant = c.eager_credit;
                 n.released = r.credit;
                 for _ in 0..std::mem::take(&mut n.queued) {

@@ -10,17 +10,10 @@ use super::types::{Error, ReqId};
 use crate::addr::EndpointAddr;
 use crate::copy::CopyEngine;
 use crate::link::Link;
-use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr};
+use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr, conn_id};
 
 /// The address of a retired session's slot until it is reused (no node has it).
 const RETIRED: MacAddr = MacAddr([0; 6]);
-
-/// A connection's id on one side: its node's session mixed with the sequence number its
-/// stream starts at (a bijection of each given the other; never 0, which means "none").
-fn conn_id(session: u32, isn: u32) -> u32 {
-    let x = (session ^ isn.rotate_left(13)).wrapping_mul(0x9e37_79b1) ^ isn;
-    x.max(1)
-}
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The peer node `mac`, added on first use.
