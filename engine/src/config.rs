@@ -54,7 +54,8 @@ pub struct Config {
     /// A frame unacknowledged this long fails every operation with its peer.
     pub peer_timeout_ns: u64,
     /// A session with a peer node that has carried nothing either way for this long, with
-    /// nothing in flight, is retired: its state is forgotten and its slot reused. A peer that
+    /// nothing in flight, is retired (within about twice this time: it is checked once per
+    /// idle spell): its state is forgotten and its slot reused. A peer that
     /// still holds the session learns it on its next frame (answered by a Reset) or from a
     /// new Connect, and starts a new session, resending what the retired one never took.
     /// 0: never. More than `peer_timeout_ns` (so that whatever the peer sent before has been

@@ -109,7 +109,7 @@ fn idle_sessions_are_retired_and_a_new_one_carries_the_next_messages() {
         w.nodes[i].eng.open_endpoint(Some(0)).unwrap();
     }
     exchange(&mut w, 1, 20);
-    idle(&mut w, 100);
+    idle(&mut w, 150);
     for i in 0..2 {
         let s = &w.nodes[i].eng.stats;
         assert_eq!(s.sessions_retired, 1, "node {i}: {s:?}");
@@ -141,7 +141,7 @@ fn a_session_retired_by_one_side_is_renewed_by_the_other_without_loss_or_duplica
     }
     exchange(&mut w, 1, 20);
     for round in 2..5 {
-        idle(&mut w, 100);
+        idle(&mut w, 150);
         // Both speak at once: node 0 in the session node 1 forgot (answered by a Reset),
         // node 1 with a new Connect (its stream starts elsewhere: node 0 sees a new session).
         exchange(&mut w, round, 24);

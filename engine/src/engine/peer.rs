@@ -38,7 +38,9 @@ pub(super) struct Conn {
     pub(super) frag: u32,
     pub(super) remote_window: u32,
     pub(super) connect_sent: u64,
-    pub(super) connect_tries: u16,
+    pub(super) connect_tries: u8,
+    /// In the engine's retirement queue (one entry per peer at most).
+    pub(super) retire_queued: bool,
     pub(super) connect_ack_owed: bool,
     /// When the peer was last heard from; while connecting, when the connect began (its
     /// deadline runs from there).
@@ -178,6 +180,7 @@ impl<F: 'static> Peer<F> {
                 remote_window: 1,
                 connect_sent: 0,
                 connect_tries: 0,
+                retire_queued: false,
                 connect_ack_owed: false,
                 last_rx: 0,
             },
@@ -228,6 +231,11 @@ impl<F: 'static> Peer<F> {
         self.msgs.waiting.release();
         self.msgs.sends.release();
         self.msgs.pulls.release();
+    }
+
+    /// Whether any of its collections is allocated (`shrink` has something to give back).
+    pub(super) fn holds_collections(&self) -> bool {
+        self.bytes() > size_of::<Self>()
     }
 
     /// Bytes this peer holds: the struct and its collections (by capacity).

@@ -34,13 +34,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for &p in &armed {
             self.peer_timers(p, now);
         }
+        let retiring = self.cfg.session_idle_ns != 0;
         for p in armed {
             let peer = &mut self.peers[p];
             if peer.timed() {
                 self.armed.push(p);
-            } else {
-                peer.in_armed = false;
+                continue;
+            }
+            peer.in_armed = false;
+            // Buffers to give back later, if any (a peer that only received holds none:
+            // no second visit, which with many peers would be a cache miss per message).
+            if peer.holds_collections() {
                 self.went_idle.push_back((p, now));
+            }
+            // Once per idle spell: the retirement check (at most one entry per peer).
+            if retiring && !peer.conn.retire_queued {
+                peer.conn.retire_queued = true;
+                self.retire_check.push_back((p, now));
             }
         }
         while let Some(&(p, since)) = self.went_idle.front() {
@@ -51,20 +61,25 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let peer = &mut self.peers[p];
             if !peer.in_armed && !peer.timed() {
                 peer.shrink();
-                if self.cfg.session_idle_ns != 0 {
-                    self.retire_check.push_back((p, now));
-                }
             }
         }
-        // Sessions idle for `session_idle_ns` are retired (a peer busy again meanwhile is
-        // not; it comes back here the next time it goes idle).
+        // Sessions idle for `session_idle_ns` are retired. One that cannot be yet and is idle
+        // now (busy meanwhile, or its messages still in the store) is checked again that
+        // long from now; a busy one when it next goes idle.
         while let Some(&(p, since)) = self.retire_check.front() {
             if now.saturating_sub(since) < self.cfg.session_idle_ns {
                 break;
             }
             self.retire_check.pop_front();
+            self.peers[p].conn.retire_queued = false;
             if self.retirable(p, now) {
                 self.retire(p);
+            } else if !self.peers[p].in_armed
+                && self.peers[p].conn.state == PeerState::Connected
+                && self.peers[p].mac != self.mac
+            {
+                self.peers[p].conn.retire_queued = true;
+                self.retire_check.push_back((p, now));
             }
         }
     }
