@@ -308,6 +308,13 @@ impl<F: 'static> Stream<F> {
         }
     }
 
+    /// Queues a new message frame (Eager, Small, Rts) behind the others.
+    #[inline]
+    pub(super) fn queue_message(&mut self, d: TxDesc) {
+        debug_assert!(matches!(d.kind, Kind::Eager | Kind::Small | Kind::Rts));
+        self.pending.push_back(d);
+    }
+
     /// Puts back a frame `next_new` gave, in front of its class.
     fn unqueue(&mut self, d: TxDesc) {
         match d.kind {

@@ -44,7 +44,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ..TxDesc::new(Kind::Eager, s.msg_id)
         };
         s.queued = true;
-        if len <= rndv_threshold && eager_cost(len) <= avail {
+        let small = len <= wire::COMPACT_MAX_PAYLOAD as u64
+            && len <= frag as u64
+            && len <= rndv_threshold
+            && !s.sync;
+        if small && eager_cost(len) <= avail {
+            // A small standard message (the common case): one frame under the compact
+            // header, no fragment arithmetic.
+            s.unacked = 1;
+            peer.credit.used = peer.credit.used.wrapping_add(eager_cost(len));
+            peer.stream.queue_message(TxDesc {
+                kind: Kind::Small,
+                len: len as u32,
+                ..base
+            });
+            self.stats.eager_sent += 1;
+        } else if len <= rndv_threshold && eager_cost(len) <= avail {
             let count = len.div_ceil(frag as u64).max(1) as u32;
             // A small standard message: one frame under the compact header.
             let kind = if count == 1 && !s.sync && len as usize <= wire::COMPACT_MAX_PAYLOAD {
