@@ -16,23 +16,43 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// One in-order eager fragment. `false`: the store cannot take a new message now.
     pub(super) fn on_eager(&mut self, p: usize, r: &Repr, f: L::Frame) -> bool {
         let sync = r.flags & wire::FLAG_SYNC != 0;
-        if r.frag_index == 0 && !self.start_eager(p, r, sync) {
-            return false;
-        }
-        let Some(mut ie) = self.peers[p].msgs.in_eager else {
-            self.stats.drop_malformed += 1;
-            return true;
+        let (target, last) = if r.frag_index == 0 {
+            let Some(target) = self.start_eager(p, r, sync) else {
+                return false;
+            };
+            let msgs = &mut self.peers[p].msgs;
+            if r.frag_count == 1 {
+                // A message in one frame (every small one): no arrival state to keep.
+                if msgs.in_eager.is_some() {
+                    msgs.in_eager = None;
+                }
+                (target, true)
+            } else {
+                msgs.in_eager = Some(InEager {
+                    msg_id: r.msg_id,
+                    total: r.total,
+                    next_frag: 1,
+                    target,
+                });
+                (target, false)
+            }
+        } else {
+            let Some(mut ie) = self.peers[p].msgs.in_eager else {
+                self.stats.drop_malformed += 1;
+                return true;
+            };
+            if ie.msg_id != r.msg_id || ie.next_frag != r.frag_index || ie.total != r.total {
+                self.stats.drop_malformed += 1;
+                return true;
+            }
+            ie.next_frag += 1;
+            let last = r.frag_index + 1 == r.frag_count;
+            self.peers[p].msgs.in_eager = if last { None } else { Some(ie) };
+            (ie.target, last)
         };
-        if ie.msg_id != r.msg_id || ie.next_frag != r.frag_index || ie.total != r.total {
-            self.stats.drop_malformed += 1;
-            return true;
-        }
-        ie.next_frag += 1;
-        let last = r.frag_index + 1 == r.frag_count;
-        self.peers[p].msgs.in_eager = if last { None } else { Some(ie) };
         let head = r.payload_offset();
         let payload = head..head + r.length as usize;
-        match ie.target {
+        match target {
             EagerTarget::Req(id) => {
                 let Some(rr) = self.reqs.recv_mut(id) else {
                     // The receive failed meanwhile: the message still ends for the sender.
@@ -83,23 +103,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// The first fragment of a new message: match it to a posted receive or make room for it
-    /// in the store. `false`: the store is full.
-    fn start_eager(&mut self, p: usize, r: &Repr, sync: bool) -> bool {
+    /// in the store; where its fragments go. `None`: the store is full.
+    fn start_eager(&mut self, p: usize, r: &Repr, sync: bool) -> Option<EagerTarget> {
         self.peers[p].credit.last_eager_rx = self.now;
         let ep = r.dst_ep;
         let info = self.msg_info(p, r);
         let target = if self.eps.get(ep).is_err() {
             self.refuse_msg(p, r.msg_id);
             EagerTarget::Discard
-        } else if let Some(id) = self.take_posted(ep, info) {
-            self.reqs.recv_mut(id).expect("posted").state = RecvState::Eager;
+        } else if let Some(id) = self.take_posted(ep, info, RecvState::Eager) {
             EagerTarget::Req(id)
         } else {
             let cost = eager_cost(r.total);
             if self.unex.eager() >= self.cfg.unexpected_count
                 || self.unex.bytes() + r.total > self.cfg.unexpected_bytes
             {
-                return false;
+                return None;
             }
             EagerTarget::Store(self.add_unexp(Unexp {
                 ep,
@@ -114,13 +133,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 claimed: None,
             }))
         };
-        self.peers[p].msgs.in_eager = Some(InEager {
-            msg_id: r.msg_id,
-            total: r.total,
-            next_frag: 0,
-            target,
-        });
-        true
+        Some(target)
     }
 
     /// Copies a fully arrived unexpected message into receive `id` and completes it.

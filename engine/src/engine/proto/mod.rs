@@ -183,8 +183,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
-    /// The first receive posted on `ep` that matches `info`, taken off the posted queue.
-    fn take_posted(&mut self, ep: u16, info: MsgInfo) -> Option<ReqId> {
+    /// The first receive posted on `ep` that matches `info`, taken off the posted queue and
+    /// put in `state`.
+    fn take_posted(&mut self, ep: u16, info: MsgInfo, state: RecvState) -> Option<ReqId> {
         let e = self.eps.get_mut(ep).ok()?;
         let reqs = &mut self.reqs;
         // Usually the oldest posted receive takes it: one look at it, one pop.
@@ -193,6 +194,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             && r.spec.matches(info.match_bits, info.src_rank)
         {
             r.info = Some(info);
+            r.state = state;
             e.posted.pop_front();
             return Some(front);
         }
@@ -207,6 +209,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let id = e.posted.remove(i)?;
         if let Some(r) = reqs.recv_mut(id) {
             r.info = Some(info);
+            r.state = state;
         }
         Some(id)
     }
