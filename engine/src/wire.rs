@@ -754,32 +754,21 @@ impl Repr {
 
     fn emit_small(&self, buf: &mut [u8]) -> usize {
         debug_assert!(self.length as usize <= COMPACT_MAX_PAYLOAD && self.flags <= 0xff);
-        let (head, _) = buf.split_at_mut(COMPACT_OVERHEAD);
-        // A fixed-size view: one length check, none per field.
-        let h: &mut [u8; COMPACT_OVERHEAD] = head.try_into().expect("split");
-        Self::emit_small_head(self, h);
-        Self::pad(buf, COMPACT_OVERHEAD + self.length as usize)
-    }
-
-    fn emit_small_head(&self, buf: &mut [u8; COMPACT_OVERHEAD]) {
-        use field::small as s;
-        buf[field::DST_MAC].copy_from_slice(&self.dst_mac.0);
-        buf[field::SRC_MAC].copy_from_slice(&self.src_mac.0);
-        buf[field::ETHERTYPE].copy_from_slice(&ETHERTYPE.to_be_bytes());
-        buf[field::VERSION] = VERSION;
-        buf[field::KIND] = Kind::Small as u8;
-        buf[s::FLAGS] = self.flags as u8;
-        buf[s::LENGTH] = self.length as u8;
-        buf[s::DST_EP].copy_from_slice(&self.dst_ep.to_be_bytes());
-        buf[s::SRC_EP].copy_from_slice(&self.src_ep.to_be_bytes());
-        let tag = session_tag(self.src_session, self.dst_session);
-        buf[s::TAG].copy_from_slice(&tag.to_be_bytes());
-        buf[s::SEQ].copy_from_slice(&self.seq.to_be_bytes());
-        buf[s::ACK].copy_from_slice(&self.ack.to_be_bytes());
-        buf[s::CREDIT].copy_from_slice(&self.credit.to_be_bytes());
-        buf[s::SRC_RANK].copy_from_slice(&self.src_rank.to_be_bytes());
-        buf[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_be_bytes());
-        buf[s::CHECKSUM].fill(0);
+        SmallHeader {
+            dst_mac: self.dst_mac,
+            src_mac: self.src_mac,
+            flags: self.flags as u8,
+            length: self.length as u8,
+            dst_ep: self.dst_ep,
+            src_ep: self.src_ep,
+            tag: session_tag(self.src_session, self.dst_session),
+            seq: self.seq,
+            ack: self.ack,
+            credit: self.credit,
+            src_rank: self.src_rank,
+            match_bits: self.match_bits,
+        }
+        .emit(buf)
     }
 
     /// Zero padding up to [`MIN_FRAME`]; the frame's length.
@@ -790,6 +779,53 @@ impl Repr {
         } else {
             len
         }
+    }
+}
+
+/// The fields of a [`Kind::Small`] frame's compact header, for a sender that builds one
+/// straight from its own state (no full [`Repr`] on the small-message path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallHeader {
+    pub dst_mac: MacAddr,
+    pub src_mac: MacAddr,
+    pub flags: u8,
+    pub length: u8,
+    pub dst_ep: u16,
+    pub src_ep: u16,
+    /// [`session_tag`] of the sender's and the receiver's sessions.
+    pub tag: u32,
+    pub seq: u32,
+    pub ack: u32,
+    pub credit: u32,
+    pub src_rank: u32,
+    pub match_bits: u64,
+}
+
+impl SmallHeader {
+    /// Writes the Ethernet and compact headers (checksum zero, to be filled after the
+    /// payload) into `buf` and returns the frame length, padded to [`MIN_FRAME`].
+    pub fn emit(&self, buf: &mut [u8]) -> usize {
+        use field::small as s;
+        let (head, _) = buf.split_at_mut(COMPACT_OVERHEAD);
+        // A fixed-size view: one length check, none per field.
+        let b: &mut [u8; COMPACT_OVERHEAD] = head.try_into().expect("split");
+        b[field::DST_MAC].copy_from_slice(&self.dst_mac.0);
+        b[field::SRC_MAC].copy_from_slice(&self.src_mac.0);
+        b[field::ETHERTYPE].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        b[field::VERSION] = VERSION;
+        b[field::KIND] = Kind::Small as u8;
+        b[s::FLAGS] = self.flags;
+        b[s::LENGTH] = self.length;
+        b[s::DST_EP].copy_from_slice(&self.dst_ep.to_be_bytes());
+        b[s::SRC_EP].copy_from_slice(&self.src_ep.to_be_bytes());
+        b[s::TAG].copy_from_slice(&self.tag.to_be_bytes());
+        b[s::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        b[s::ACK].copy_from_slice(&self.ack.to_be_bytes());
+        b[s::CREDIT].copy_from_slice(&self.credit.to_be_bytes());
+        b[s::SRC_RANK].copy_from_slice(&self.src_rank.to_be_bytes());
+        b[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_be_bytes());
+        b[s::CHECKSUM].fill(0);
+        Repr::pad(buf, COMPACT_OVERHEAD + self.length as usize)
     }
 }
 

@@ -228,6 +228,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else {
             d.kind
         };
+        if kind == Kind::Small {
+            return self.emit_small(link, header, d);
+        }
         let mut h = Repr {
             kind: Some(kind),
             flags: d.flags | self.ck_flag(),
@@ -267,6 +270,53 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         h.emit(b);
         if let Some(sb) = src
             && let Err(e) = self.copy.read(&sb, d.offset, &mut b[head..len])
+        {
+            if let Some(id) = d.req {
+                self.finish(id, Err(Error::Copy(e.0)));
+            }
+            return Emit::Gone;
+        }
+        Frame::new_unchecked(buf.as_mut()).fill_checksum();
+        self.stats.tx_bytes += len as u64;
+        self.tx.push(buf);
+        Emit::Sent
+    }
+
+    /// A small message's first transmission: the compact header written straight from the
+    /// peer's header and the send (no full header built for it).
+    fn emit_small(&mut self, link: &mut L, header: &Repr, d: &TxDesc) -> Emit {
+        let Some(Req {
+            ep,
+            kind: ReqKind::Send(s),
+        }) = d.req.and_then(|id| self.reqs.get(id))
+        else {
+            return Emit::Gone;
+        };
+        let (src_ep, buf_ref) = (*ep, s.buf);
+        let h = wire::SmallHeader {
+            dst_mac: header.dst_mac,
+            src_mac: header.src_mac,
+            flags: (d.flags | self.ck_flag()) as u8,
+            length: d.len as u8,
+            dst_ep: s.dst_ep,
+            src_ep,
+            tag: wire::session_tag(header.src_session, header.dst_session),
+            seq: d.seq,
+            ack: header.ack,
+            credit: header.credit,
+            src_rank: s.rank,
+            match_bits: s.bits,
+        };
+        let len = wire::COMPACT_OVERHEAD + d.len as usize;
+        let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
+            self.stats.tx_no_buffers += 1;
+            return Emit::NoBuffer;
+        };
+        let b = buf.as_mut();
+        h.emit(b);
+        if let Err(e) = self
+            .copy
+            .read(&buf_ref, d.offset, &mut b[wire::COMPACT_OVERHEAD..len])
         {
             if let Some(id) = d.req {
                 self.finish(id, Err(Error::Copy(e.0)));
