@@ -111,6 +111,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The ack and credit fields every frame from a connected peer carries, and an Ack
     /// frame's selective ack: retire what was acknowledged, send what the credit now allows.
+    #[inline]
     fn on_ack(
         &mut self,
         p: usize,
@@ -123,10 +124,26 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let peer = &mut self.peers[p];
         peer.conn.last_rx = now;
         let more_credit = peer.credit.on_released(credit);
-        // Most frames acknowledge nothing new (the ack has not moved since the last one).
+        // Most frames acknowledge nothing new (the ack has not moved since the last one):
+        // that check is all they cost (inlined here, the rest out of line).
         if !more_credit && sack.is_none() && probe_reply.is_none() && !peer.stream.acks_new(ack) {
             return;
         }
+        self.on_new_ack(p, ack, more_credit, sack, probe_reply, now);
+    }
+
+    /// An ack that moved, more credit, a selective ack or a probe's reply.
+    #[inline(never)]
+    fn on_new_ack(
+        &mut self,
+        p: usize,
+        ack: u32,
+        more_credit: bool,
+        sack: Option<&AckRepr>,
+        probe_reply: Option<u16>,
+        now: u64,
+    ) {
+        let peer = &mut self.peers[p];
         // A buffer kept across calls: acks are on every frame's path.
         let mut done = std::mem::take(&mut self.acked);
         peer.stream
