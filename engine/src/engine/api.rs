@@ -119,10 +119,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Posts a receive into `buf` for messages matching `spec`.
     pub fn irecv(&mut self, ep: u16, spec: MatchSpec, buf: BufRef) -> Result<ReqId, Error> {
         let e = self.eps.get(ep)?;
-        let hit = e
-            .unexpected
-            .iter()
-            .position(|&u| self.unex.matches(u, &spec));
+        // Usually nothing waits unexpected: no search then.
+        let hit = if e.unexpected.is_empty() {
+            None
+        } else {
+            e.unexpected
+                .iter()
+                .position(|&u| self.unex.matches(u, &spec))
+        };
         let id = self.reqs.alloc(Req {
             ep,
             kind: ReqKind::Recv(RecvReq::posted(spec, buf)),
