@@ -6,7 +6,6 @@
 use crate::copy::CopyEngine;
 use crate::engine::Engine;
 use crate::engine::peer::{EagerTarget, InEager, eager_cost};
-use crate::engine::request::RecvState;
 use crate::engine::types::{Error, Outcome, ReqId};
 use crate::engine::unexpected::Unexp;
 use crate::link::Link;
@@ -111,7 +110,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let target = if self.eps.get(ep).is_err() {
             self.refuse_msg(p, r.msg_id);
             EagerTarget::Discard
-        } else if let Some(id) = self.take_posted(ep, info, RecvState::Eager) {
+        } else if let Some(id) = self.take_posted(ep, info, true) {
             EagerTarget::Req(id)
         } else {
             let cost = eager_cost(r.total);

@@ -183,9 +183,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
-    /// The first receive posted on `ep` that matches `info`, taken off the posted queue and
-    /// put in `state`.
-    fn take_posted(&mut self, ep: u16, info: MsgInfo, state: RecvState) -> Option<ReqId> {
+    /// The first receive posted on `ep` that matches `info`, taken off the posted queue (and
+    /// into the eager state if `eager`: the message's data follows in its frames).
+    fn take_posted(&mut self, ep: u16, info: MsgInfo, eager: bool) -> Option<ReqId> {
         let e = self.eps.get_mut(ep).ok()?;
         let reqs = &mut self.reqs;
         // Usually the oldest posted receive takes it: one look at it, one pop.
@@ -194,7 +194,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             && r.spec.matches(info.match_bits, info.src_rank)
         {
             r.info = Some(info);
-            r.state = state;
+            if eager {
+                r.state = RecvState::Eager;
+            }
             e.posted.pop_front();
             return Some(front);
         }
@@ -209,7 +211,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let id = e.posted.remove(i)?;
         if let Some(r) = reqs.recv_mut(id) {
             r.info = Some(info);
-            r.state = state;
+            if eager {
+                r.state = RecvState::Eager;
+            }
         }
         Some(id)
     }

@@ -36,7 +36,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return true;
         }
         let info = self.msg_info(p, r);
-        if let Some(id) = self.take_posted(ep, info, RecvState::Posted) {
+        if let Some(id) = self.take_posted(ep, info, false) {
             self.start_pull(p, r.msg_id, id, r.total);
         } else {
             if self.unex.rts() >= self.cfg.unexpected_rts {
