@@ -69,8 +69,10 @@ pub struct AgentArgs {
     /// [default: 0 with `--idle yield`, off with `spin`].
     #[arg(long, allow_hyphen_values = true)]
     pub cpu_latency: Option<String>,
-    /// Nice value of the engine thread with `--idle yield`, -20 to 19 [default: -10: the
-    /// engine makes progress for every rank sharing its core].
+    /// Nice value of the engine thread, -20 to 19 [default: -10 with `--idle yield` (the
+    /// engine makes progress for every rank sharing its core); with `spin` only when given:
+    /// an engine spinning on a core others also use (an emulation on a small machine) keeps
+    /// its share of it].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
     /// Checksum every frame's payload in software, not only its headers [default: off: the
@@ -200,8 +202,9 @@ pub struct Settings {
     pub idle_poll: Duration,
     /// The CPU-latency request to hold, in microseconds (None: none).
     pub cpu_latency_us: Option<i32>,
-    /// The engine thread's nice value with `--idle yield`.
-    pub nice: i32,
+    /// The engine thread's nice value: always with `--idle yield`, with `spin` only when
+    /// given (None: leave it).
+    pub nice: Option<i32>,
 }
 
 impl Settings {
@@ -485,7 +488,11 @@ impl AgentArgs {
             None if spin => None,
             None => Some(0),
         };
-        let nice = in_range("nice", a.nice.unwrap_or(-10), -20, 19, "")?;
+        let nice = match (a.nice, spin) {
+            (Some(n), _) => Some(in_range("nice", n, -20, 19, "")?),
+            (None, false) => Some(-10),
+            (None, true) => None,
+        };
         let geometry = Geometry {
             n_desc: 4096,
             n_data: 256,

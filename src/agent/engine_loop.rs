@@ -69,7 +69,9 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
     }
     let idle = Idle::new(shared);
     if !shared.spin {
-        idle::share_core(shared.nice);
+        idle::share_core(shared.nice.unwrap_or(-10));
+    } else if let Some(n) = shared.nice {
+        idle::set_nice(n);
     }
     let layout = Layout {
         nodes: nodes.len(),

@@ -54,6 +54,11 @@ pub fn share_core(nice: i32) {
     // progress for all of them. At nice 0 a pinned engine next to busy processes was
     // measured descheduled for 2-10 s at a time here (its peers then time out); at -10
     // it gets about nine times their weight, and it sleeps whenever it has nothing to do.
+    set_nice(nice);
+}
+
+/// The engine thread's nice value (a warning when the agent may not set it).
+pub fn set_nice(nice: i32) {
     if let Err(e) = tigon_shm::signals::set_thread_nice(nice) {
         log::warn!("engine thread: nice {nice}: {e} (needs CAP_SYS_NICE); running at 0");
     }
