@@ -266,13 +266,7 @@ fn recv_outcome(
                 }
                 count = n;
             }
-            let err = if status.truncated {
-                ffi::MPI_ERR_TRUNCATE as c_int
-            } else {
-                ffi::MPI_SUCCESS as c_int
-            };
-            let tag = split_bits(status.match_bits).1;
-            (status.source as c_int, tag, err, count, false)
+            received(&status, count)
         }
         Ok(Done::ReceivedInChannel { status, lease }) => {
             let n = (lease.len() as usize).min(st.len);
@@ -286,13 +280,7 @@ fn recv_outcome(
             };
             // Also when it is not live: the channel buffer goes back either way.
             let count = m.client.take_lease(&lease, dst).unwrap_or(0);
-            let err = if status.truncated {
-                ffi::MPI_ERR_TRUNCATE as c_int
-            } else {
-                ffi::MPI_SUCCESS as c_int
-            };
-            let tag = split_bits(status.match_bits).1;
-            (status.source as c_int, tag, err, count, false)
+            received(&status, count)
         }
         Ok(other) => {
             report::always(&format!(
@@ -311,6 +299,17 @@ fn recv_outcome(
         Err(_) if !live => nothing(ffi::MPI_SUCCESS as c_int),
         Err(e) => nothing(failure(m, &e)),
     }
+}
+
+/// A completed receive's (source, tag, error, count, cancelled).
+fn received(status: &tigon_client::Status, count: usize) -> (c_int, c_int, c_int, usize, bool) {
+    let err = if status.truncated {
+        ffi::MPI_ERR_TRUNCATE as c_int
+    } else {
+        ffi::MPI_SUCCESS as c_int
+    };
+    let tag = split_bits(status.match_bits).1;
+    (status.source as c_int, tag, err, count, false)
 }
 
 /// Called by the hook of `tigon_hook_request_free` when the program frees a receive request

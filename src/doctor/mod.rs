@@ -186,6 +186,17 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
             .exists()
             .then(|| PathBuf::from(DEFAULT_CONFIG))
     });
+    // A configuration the agent would refuse, with the agent's own words.
+    let refused = |p: &Path, e: &str| {
+        Check::fail(
+            "config",
+            format!("{}: {e}", p.display()),
+            &cmds![
+                format!("${{EDITOR:-vi}} {}", p.display()),
+                "tigon agent --help   # the options, their ranges and defaults",
+            ],
+        )
+    };
     let mut cfg = AgentArgs::default();
     let mut check = None;
     if let Some(p) = &path {
@@ -202,14 +213,7 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
                         "config",
                         format!("{} parsed; the agent accepts it ({d})", p.display()),
                     ),
-                    Err(e) => Check::fail(
-                        "config",
-                        format!("{}: {e}", p.display()),
-                        &cmds![
-                            format!("${{EDITOR:-vi}} {}", p.display()),
-                            "tigon agent --help   # the options, their ranges and defaults",
-                        ],
-                    ),
+                    Err(e) => refused(p, &e),
                 });
                 cfg = c;
             }
@@ -235,14 +239,7 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
                             }
                         ),
                     ),
-                    Err(e) => Check::fail(
-                        "config",
-                        format!("{}: {e}", p.display()),
-                        &cmds![
-                            format!("${{EDITOR:-vi}} {}", p.display()),
-                            "tigon agent --help   # the options, their ranges and defaults",
-                        ],
-                    ),
+                    Err(e) => refused(p, &e),
                 });
                 cfg = c;
             }
