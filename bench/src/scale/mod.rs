@@ -77,10 +77,8 @@ struct Pair {
     la: MemLink,
     far: Nodes,
     t0: Instant,
-    /// A's posted receives and their buffers, in posting order: they match (ANY_SOURCE, one
-    /// tag) and so complete in that order, and the bench's own bookkeeping stays out of the
-    /// instruction count (`make bench-instr`) as far as it can.
-    posted: std::collections::VecDeque<(ReqId, BufRef)>,
+    /// A's posted receives (see [`Posted`]).
+    posted: Posted,
     in_flight: usize,
     /// Nanoseconds engine A has worked (see `step`).
     a_ns: u64,
@@ -111,32 +109,9 @@ impl Pair {
         };
         for _ in 0..DEPTH {
             let buf = p.a.copy_engine_mut().mem.insert(vec![0; SIZE]);
-            p.post(buf)?;
+            p.posted.post(&mut p.a, buf)?;
         }
         Ok(p)
-    }
-
-    fn post(&mut self, buf: BufRef) -> Result<(), String> {
-        let id = self
-            .a
-            .irecv(0, MatchSpec::mpi(CTX, ANY_SOURCE, 1), buf)
-            .map_err(|e| e.to_string())?;
-        self.posted.push_back((id, buf));
-        Ok(())
-    }
-
-    /// The buffer of completed receive `id`: the oldest posted, unless completions came out
-    /// of order.
-    fn take_posted(&mut self, id: ReqId) -> Result<BufRef, String> {
-        let i = if self.posted.front().is_some_and(|&(r, _)| r == id) {
-            0
-        } else {
-            self.posted
-                .iter()
-                .position(|&(r, _)| r == id)
-                .ok_or("completion of no receive")?
-        };
-        Ok(self.posted.remove(i).expect("index from position").1)
     }
 
     /// Node `from` sends one message, once it has the credit for it.
@@ -167,8 +142,8 @@ impl Pair {
             c.result.map_err(|e| format!("receive failed: {e}"))?;
             got += 1;
             self.in_flight -= 1;
-            let buf = self.take_posted(c.req)?;
-            self.post(buf)?;
+            let buf = self.posted.take(c.req)?;
+            self.posted.post(&mut self.a, buf)?;
         }
         self.a_ns += t.elapsed().as_nanos() as u64;
         Ok(got)
@@ -363,6 +338,37 @@ pub fn render(r: &Report) -> String {
         r.command
     ));
     s
+}
+
+/// A's posted receives and their buffers, in posting order: they match (ANY_SOURCE, one
+/// tag) and so complete in that order, and the bench's own bookkeeping stays out of the
+/// instruction count (`make bench-instr`) as far as it can.
+#[derive(Default)]
+struct Posted(std::collections::VecDeque<(ReqId, BufRef)>);
+
+impl Posted {
+    /// Posts a receive into `buf` at `eng`.
+    fn post(&mut self, eng: &mut Eng, buf: BufRef) -> Result<(), String> {
+        let id = eng
+            .irecv(0, MatchSpec::mpi(CTX, ANY_SOURCE, 1), buf)
+            .map_err(|e| e.to_string())?;
+        self.0.push_back((id, buf));
+        Ok(())
+    }
+
+    /// The buffer of completed receive `id`: the oldest posted, unless completions came out
+    /// of order.
+    fn take(&mut self, id: ReqId) -> Result<BufRef, String> {
+        let i = if self.0.front().is_some_and(|&(r, _)| r == id) {
+            0
+        } else {
+            self.0
+                .iter()
+                .position(|&(r, _)| r == id)
+                .ok_or("completion of no receive")?
+        };
+        Ok(self.0.remove(i).expect("index from position").1)
+    }
 }
 
 #[cfg(test)]

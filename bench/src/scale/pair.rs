@@ -3,7 +3,7 @@
 //! peers of an engine are remote nodes). What `make bench-instr` counts: the instructions
 //! per small message through both engines, send side and receive side.
 
-use super::{CTX, DEPTH, Eng, HOT, Rng, SIZE};
+use super::{CTX, DEPTH, Eng, HOT, Posted, Rng, SIZE};
 use std::time::Instant;
 use tigon_engine::matching::match_bits;
 use tigon_engine::memlink::{self, MemLink};
@@ -16,10 +16,8 @@ struct Pair {
     lb: MemLink,
     dest: EndpointAddr,
     t0: Instant,
-    /// A's posted receives and their buffers, in posting order: they match (ANY_SOURCE, one
-    /// tag) and so complete in that order, and the bench's own bookkeeping stays out of the
-    /// instruction count (`make bench-instr`) as far as it can.
-    posted: std::collections::VecDeque<(ReqId, BufRef)>,
+    /// A's posted receives (see [`Posted`]).
+    posted: Posted,
     /// B's send buffer, per endpoint reused (sends of one endpoint are in order).
     send_buf: BufRef,
     in_flight: usize,
@@ -60,32 +58,9 @@ impl Pair {
         };
         for _ in 0..DEPTH {
             let buf = p.a.copy_engine_mut().mem.insert(vec![0; SIZE]);
-            p.post(buf)?;
+            p.posted.post(&mut p.a, buf)?;
         }
         Ok(p)
-    }
-
-    fn post(&mut self, buf: BufRef) -> Result<(), String> {
-        let id = self
-            .a
-            .irecv(0, MatchSpec::mpi(CTX, ANY_SOURCE, 1), buf)
-            .map_err(|e| e.to_string())?;
-        self.posted.push_back((id, buf));
-        Ok(())
-    }
-
-    /// The buffer of completed receive `id`: the oldest posted, unless completions came out
-    /// of order.
-    fn take_posted(&mut self, id: ReqId) -> Result<BufRef, String> {
-        let i = if self.posted.front().is_some_and(|&(r, _)| r == id) {
-            0
-        } else {
-            self.posted
-                .iter()
-                .position(|&(r, _)| r == id)
-                .ok_or("completion of no receive")?
-        };
-        Ok(self.posted.remove(i).expect("index from position").1)
     }
 
     fn send(&mut self, from: usize) -> Result<(), String> {
@@ -116,8 +91,8 @@ impl Pair {
         while let Some(c) = self.a.pop_completion() {
             c.result.map_err(|e| format!("receive failed: {e}"))?;
             got += 1;
-            let buf = self.take_posted(c.req)?;
-            self.post(buf)?;
+            let buf = self.posted.take(c.req)?;
+            self.posted.post(&mut self.a, buf)?;
         }
         Ok(got)
     }
