@@ -234,10 +234,16 @@ impl<F: 'static> Stream<F> {
         self.pending.release();
         self.ctl_bulk.release();
         self.n_ctl = 0;
+        self.next_seq = 0;
+        self.forget_sequence();
+    }
+
+    /// Forgets what was sent and received in a session: the unacknowledged and reordered
+    /// frames, the receive point, owed acks and probes.
+    fn forget_sequence(&mut self) {
         self.unacked.release();
         self.resend.release();
         self.reorder.release();
-        self.next_seq = 0;
         self.rcv_next = 0;
         self.ack_owed = 0;
         self.ack_due = None;
@@ -265,9 +271,7 @@ impl<F: 'static> Stream<F> {
     /// forgotten.
     pub(super) fn requeue_unacked(&mut self) {
         let old: Vec<TxDesc> = self.unacked.iter().filter(|d| !d.acked).copied().collect();
-        self.unacked.release();
-        self.resend.release();
-        self.reorder.release();
+        self.forget_sequence();
         for d in old.into_iter().rev() {
             self.unqueue(TxDesc {
                 retries: 0,
@@ -275,12 +279,6 @@ impl<F: 'static> Stream<F> {
                 ..d
             });
         }
-        self.rcv_next = 0;
-        self.ack_owed = 0;
-        self.ack_due = None;
-        self.ack_now = false;
-        self.probe = false;
-        self.probe_reply = false;
         self.rto_backoff = 0;
     }
 
