@@ -5,6 +5,8 @@ use crate::wire;
 /// Engine counters. All cumulative except `peers`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Peer nodes known now (each one session): a retired session no longer counts, and
+    /// counts again once set up anew.
     pub peers: u64,
     pub rx_frames: u64,
     pub tx_frames: u64,

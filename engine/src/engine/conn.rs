@@ -217,6 +217,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let frag = self.cfg.max_frame - wire::OVERHEAD;
         self.peers[p] = Peer::new(RETIRED, frag);
         self.free.push(p);
+        // `peers` counts the peer nodes known now: a session retired and set up again later
+        // counts once.
+        self.stats.peers = self.stats.peers.saturating_sub(1);
         self.stats.sessions_retired += 1;
     }
 
