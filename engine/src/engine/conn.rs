@@ -49,18 +49,33 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Some(p)
     }
 
-    /// Puts peer `p` on the list the next transmit pass visits.
-    /// The peer has frames to send or an ack owed; anything it does may also start a timer,
-    /// so it is armed too (the timers drop it again once nothing of it is timed).
+    /// Puts peer `p` on the list the next transmit pass visits: it has frames to send or an
+    /// ack owed. The pass arms it for the timers if anything of it is still timed after it
+    /// (`settle`): a peer whose ack went out in the same poll as the frame it acknowledges
+    /// (with many peers, each sending now and then, nearly all of them) costs no timer visit.
     pub(super) fn mark_active(&mut self, p: usize) {
         let peer = &mut self.peers[p];
         if !peer.in_active {
             peer.in_active = true;
             self.active.push(p);
         }
-        if !peer.in_armed {
+    }
+
+    /// After a transmit pass visited peer `p`: armed for the timers if anything of it is timed
+    /// (or it holds buffers to give back later: the timers queue that when they disarm it);
+    /// otherwise it went quiet, and its session's retirement check is queued (once per
+    /// quiet spell).
+    pub(super) fn settle(&mut self, p: usize, now: u64) {
+        let peer = &mut self.peers[p];
+        if peer.in_armed {
+            return;
+        }
+        if peer.timed() || peer.holds_collections() {
             peer.in_armed = true;
             self.armed.push(p);
+        } else if self.cfg.session_idle_ns != 0 && !peer.conn.retire_queued {
+            peer.conn.retire_queued = true;
+            self.retire_check.push_back((p, now));
         }
     }
 

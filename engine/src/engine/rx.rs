@@ -102,8 +102,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     s.ack_now = true;
                     self.mark_active(p);
                 } else {
+                    // Heard from last longer ago than an ack may wait: an ack delayed for more
+                    // of its frames would most likely go alone all the same.
+                    let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
                     self.on_ack(p, r.ack, r.credit, None, None, now);
-                    self.on_sequenced(p, r, f, now);
+                    self.on_sequenced(p, r, f, now, quiet);
                 }
             }
         }
@@ -165,8 +168,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// A sequenced frame: delivered if next in order (with those held behind it), held if
-    /// ahead of a gap, dropped if already delivered.
-    fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64) {
+    /// ahead of a gap, dropped if already delivered. From a `quiet` peer (not heard from for
+    /// longer than the ack delay) it is acknowledged at the end of this burst, while the
+    /// peer's state is still in cache, rather than after the delay: with many peers each
+    /// sending now and then (65,536 peers, a message each per ~25 ms) a delayed ack finds
+    /// nothing to coalesce, and would cost the peer a second visit (and a cache miss) later.
+    fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64, quiet: bool) {
         match self.peers[p].stream.arrival(r.seq, self.cfg.window) {
             Arrival::Next => {
                 if !self.process(p, r, f) {
@@ -188,7 +195,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.peers[p].stream.advance();
                 }
                 let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
-                self.peers[p].stream.schedule_ack(now, every, delay);
+                let s = &mut self.peers[p].stream;
+                if quiet {
+                    s.ack_soon();
+                } else {
+                    s.schedule_ack(now, every, delay);
+                }
             }
             Arrival::Ahead => {
                 if self.peers[p].stream.hold(r.seq, f) {

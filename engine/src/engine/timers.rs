@@ -144,6 +144,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if !self.copy_fifo.is_empty() || !self.resets.is_empty() || !self.completions.is_empty() {
             return 0;
         }
+        // A peer marked active and not armed has not been through a transmit pass since:
+        // what it has to send goes out at the next poll.
+        if self.active.iter().any(|&p| !self.peers[p].in_armed) {
+            return 0;
+        }
         let scan = self.cfg.rto_min_ns / 4;
         let mut budget = u64::MAX;
         for p in self.armed.iter().map(|&p| &self.peers[p]) {

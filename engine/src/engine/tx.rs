@@ -58,6 +58,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if more {
                 self.mark_active(p);
             }
+            self.settle(p, now);
         }
         if !self.tx.is_empty() {
             let before = self.tx.len();
