@@ -184,3 +184,49 @@ fn closing_an_endpoint_fails_the_senders_it_was_pulling_from_and_keeps_the_sessi
     assert_eq!(w.nodes[0].eng.stats.peers, 1);
     assert_eq!(w.nodes[0].eng.stats.peer_restarts, 0);
 }
+
+#[test]
+fn closing_an_endpoint_fails_its_sends_to_every_node_whether_queued_or_in_flight() {
+    let mut w = World::new(3, Faults::default(), 9, Config::default());
+    for n in 0..3 {
+        w.nodes[n].eng.open_endpoint(Some(0)).unwrap();
+    }
+    w.nodes[0].eng.open_endpoint(Some(1)).unwrap();
+    let to = |n: usize| EndpointAddr::new(mac(n), 0);
+    // To node 1: a synchronous send nobody receives yet, in flight for a while (its peer is
+    // armed for the timers), and one from the other endpoint.
+    let b = w.mem(0).insert(vec![1; 100]);
+    let sync = w.nodes[0]
+        .eng
+        .isend(0, to(1), match_bits(CTX, 1), 0, b, SendMode::Synchronous)
+        .unwrap();
+    let keep = w.nodes[0]
+        .eng
+        .isend(1, to(1), match_bits(CTX, 2), 1, b, SendMode::Standard)
+        .unwrap();
+    w.run_until(100_000, |w| w.nodes[1].eng.stats.rx_frames >= 2);
+    assert!(w.nodes[0].eng.is_pending(sync));
+    // To node 2: queued just now, before any poll (its peer is connecting, on the transmit
+    // list and not armed yet).
+    let queued = w.nodes[0]
+        .eng
+        .isend(0, to(2), match_bits(CTX, 3), 0, b, SendMode::Standard)
+        .unwrap();
+    w.nodes[0].eng.close_endpoint(0);
+    let mut failed = Vec::new();
+    while let Some(c) = w.nodes[0].eng.pop_completion() {
+        failed.push((c.req, c.result));
+    }
+    failed.sort_by_key(|(r, _)| r.as_u64());
+    assert_eq!(
+        failed,
+        [
+            (sync, Err(Error::EndpointClosed)),
+            (queued, Err(Error::EndpointClosed))
+        ]
+    );
+    assert!(
+        w.wait(0, keep, 1_000_000).result.is_ok(),
+        "the other endpoint's send"
+    );
+}

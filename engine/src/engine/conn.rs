@@ -323,10 +323,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Local endpoint `ep` is closing: its operations with every peer node fail; the senders
     /// of messages it was pulling are told (FIN flagged NO_ENDPOINT), so that they fail too
-    /// instead of waiting. The sessions stay: the node's other endpoints use them.
+    /// instead of waiting. The sessions stay: the node's other endpoints use them. Only the
+    /// peers with something in flight are visited: those are armed for the timers, or marked
+    /// active and not through a transmit pass yet (65,536 quiet peers cost nothing here).
     pub(super) fn fail_endpoint_ops(&mut self, ep: u16) {
         let mine = |e: &Self, id: ReqId| e.reqs.get(id).is_some_and(|r| r.ep == ep);
-        for p in 0..self.peers.len() {
+        let mut busy: Vec<usize> = self.armed.iter().chain(&self.active).copied().collect();
+        busy.sort_unstable();
+        busy.dedup();
+        for p in busy {
             let peer = &self.peers[p];
             if !peer.waiting_on_peer()
                 && peer.msgs.waiting.is_empty()
