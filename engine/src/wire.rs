@@ -680,32 +680,12 @@ impl Repr {
 
     /// A checked [`Kind::Small`] frame: one whole message, fragment 0 of 1.
     fn parse_small<T: AsRef<[u8]>>(f: &Frame<T>) -> Repr {
-        use field::small as s;
         // One length check up front (the frame was checked: it holds the compact header),
         // none per field.
         let b: &[u8; COMPACT_OVERHEAD] = f.buf.as_ref()[..COMPACT_OVERHEAD]
             .try_into()
             .expect("checked frame");
-        let length = b[s::LENGTH] as u32;
-        Repr {
-            dst_mac: MacAddr(b[field::DST_MAC].try_into().expect("6")),
-            src_mac: MacAddr(b[field::SRC_MAC].try_into().expect("6")),
-            kind: Some(Kind::Small),
-            flags: b[s::FLAGS] as u16,
-            dst_ep: be16(b, s::DST_EP),
-            src_ep: be16(b, s::SRC_EP),
-            tag: be32(b, s::TAG),
-            seq: be32(b, s::SEQ),
-            ack: be32(b, s::ACK),
-            credit: be32(b, s::CREDIT),
-            src_rank: be32(b, s::SRC_RANK),
-            match_bits: u64::from_be_bytes(b[s::MATCH_BITS].try_into().expect("8")),
-            frag_index: 0,
-            frag_count: 1,
-            length,
-            total: length as u64,
-            ..Repr::default()
-        }
+        SmallHeader::read(b).repr()
     }
 
     /// Bytes of headers in front of the payload of this frame.
@@ -802,6 +782,86 @@ pub struct SmallHeader {
 }
 
 impl SmallHeader {
+    /// Checks a [`Kind::Small`] frame as [`Frame::new_checked`] does (lengths, EtherType,
+    /// version, kind, checksum; the same error for the same fault) and reads its compact
+    /// header: the receive path's read of a small message, with no full [`Repr`] built.
+    #[inline]
+    pub fn parse(b: &[u8]) -> Result<SmallHeader, Error> {
+        use field::small as s;
+        if b.len() < ETH_HEADER_LEN + 2 {
+            return Err(Error::Truncated);
+        }
+        if be16(b, field::ETHERTYPE) != ETHERTYPE {
+            return Err(Error::EtherType);
+        }
+        if b[field::VERSION] != VERSION {
+            return Err(Error::Version);
+        }
+        if b[field::KIND] != Kind::Small as u8 {
+            return Err(Error::Type);
+        }
+        // One length check for the whole header (a fixed-size view), none per field.
+        let h: &[u8; COMPACT_OVERHEAD] = b.first_chunk().ok_or(Error::Truncated)?;
+        let len = h[s::LENGTH] as usize;
+        if b.len() - COMPACT_OVERHEAD < len {
+            return Err(Error::Truncated);
+        }
+        let covered = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
+            COMPACT_OVERHEAD + len
+        } else {
+            COMPACT_OVERHEAD
+        };
+        if checksum(&b[..covered], s::CHECKSUM.start) != be32(h, s::CHECKSUM) {
+            return Err(Error::Checksum);
+        }
+        Ok(Self::read(h))
+    }
+
+    /// The fields of a compact header (no checks).
+    #[inline]
+    fn read(b: &[u8; COMPACT_OVERHEAD]) -> SmallHeader {
+        use field::small as s;
+        SmallHeader {
+            dst_mac: MacAddr(b[field::DST_MAC].try_into().expect("6")),
+            src_mac: MacAddr(b[field::SRC_MAC].try_into().expect("6")),
+            flags: b[s::FLAGS],
+            length: b[s::LENGTH],
+            dst_ep: be16(b, s::DST_EP),
+            src_ep: be16(b, s::SRC_EP),
+            tag: be32(b, s::TAG),
+            seq: be32(b, s::SEQ),
+            ack: be32(b, s::ACK),
+            credit: be32(b, s::CREDIT),
+            src_rank: be32(b, s::SRC_RANK),
+            match_bits: u64::from_be_bytes(b[s::MATCH_BITS].try_into().expect("8")),
+        }
+    }
+
+    /// The full header this compact one stands for: one whole message, fragment 0 of 1, its
+    /// sessions as their tag (both read 0), no message id.
+    pub fn repr(&self) -> Repr {
+        let length = self.length as u32;
+        Repr {
+            dst_mac: self.dst_mac,
+            src_mac: self.src_mac,
+            kind: Some(Kind::Small),
+            flags: self.flags as u16,
+            dst_ep: self.dst_ep,
+            src_ep: self.src_ep,
+            tag: self.tag,
+            seq: self.seq,
+            ack: self.ack,
+            credit: self.credit,
+            src_rank: self.src_rank,
+            match_bits: self.match_bits,
+            frag_index: 0,
+            frag_count: 1,
+            length,
+            total: length as u64,
+            ..Repr::default()
+        }
+    }
+
     /// Writes the Ethernet and compact headers (checksum zero, to be filled after the
     /// payload) into `buf` and returns the frame length, padded to [`MIN_FRAME`].
     pub fn emit(&self, buf: &mut [u8]) -> usize {
@@ -995,6 +1055,41 @@ mod tests {
                 "bit {bit} flip undetected"
             );
         }
+    }
+
+    #[test]
+    fn a_small_frame_read_directly_agrees_with_the_checked_parse() {
+        let mut buf = vec![0u8; 128];
+        let n = small().emit(&mut buf);
+        buf[COMPACT_OVERHEAD..COMPACT_OVERHEAD + 8].copy_from_slice(b"8 bytes!");
+        buf[field::small::FLAGS] = FLAG_PAYLOAD_CK as u8;
+        Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+        let full = Repr::parse(&Frame::new_checked(&buf[..n]).unwrap()).unwrap();
+        assert_eq!(SmallHeader::parse(&buf[..n]).unwrap().repr(), full);
+        // Every fault gives the error the checked parse gives: a flipped bit anywhere (the
+        // payload is covered), a cut frame, a full-header frame.
+        for bit in 0..n * 8 {
+            let mut b = buf[..n].to_vec();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let want = Frame::new_checked(&b[..]).and_then(|f| Repr::parse(&f));
+            match SmallHeader::parse(&b) {
+                Ok(h) => assert_eq!(Ok(h.repr()), want, "bit {bit}"),
+                Err(e) if b[field::KIND] == Kind::Small as u8 => {
+                    assert_eq!(Err(e), want.map(|_| ()), "bit {bit}")
+                }
+                Err(e) => assert_eq!(e, Error::Type, "bit {bit}"),
+            }
+        }
+        for cut in 0..n {
+            assert_eq!(
+                SmallHeader::parse(&buf[..cut]).map(|h| h.repr()),
+                Frame::new_checked(&buf[..cut]).and_then(|f| Repr::parse(&f)),
+                "cut at {cut}"
+            );
+        }
+        let mut full_frame = vec![0u8; 128];
+        sample().emit(&mut full_frame);
+        assert_eq!(SmallHeader::parse(&full_frame), Err(Error::Type));
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod conn;
 mod copyq;
 mod credit;
 mod endpoint;
+mod fast;
 mod index;
 mod lazy;
 mod peer;

@@ -165,6 +165,18 @@ impl Requests {
         Some(r)
     }
 
+    /// Frees request `id`'s slot (if it is still the slot's occupant), for a request
+    /// completed by its caller.
+    #[inline]
+    pub(super) fn remove(&mut self, id: ReqId) {
+        if let Some((g, slot)) = self.slots.get_mut(id.index())
+            && *g == id.generation()
+            && slot.take().is_some()
+        {
+            self.free.push(id.index());
+        }
+    }
+
     /// Requests still pending.
     pub(super) fn live(&self) -> usize {
         self.slots.iter().filter(|(_, r)| r.is_some()).count()

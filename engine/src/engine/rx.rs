@@ -67,6 +67,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Demux: which peer node, which incarnation of it. Endpoints are the message layer's
     /// business (proto/): the session is the node's.
     fn on_frame(&mut self, f: L::Frame, now: u64) {
+        // A small message has a path of its own (fast.rs).
+        if Frame::new_unchecked(f.as_ref()).is_small() {
+            return self.on_small(f, now);
+        }
         // The header is used where it was parsed (a reference into the result), not moved
         // out of it: it is 88 bytes, and this runs for every frame.
         let parsed = Frame::new_checked(f.as_ref()).and_then(|fr| Repr::parse(&fr));
@@ -93,26 +97,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::ConnectAck => self.on_connect_ack(*r, from, f.as_ref(), now),
             Kind::Reset => self.on_reset(*r, from, now),
             _ => {
-                // A compact frame names both sessions by one tag: checked against the
-                // connection below, and never answered with a Reset (it does not say whom
-                // to address; its retransmission carries the full header and will be).
-                let small = kind == Kind::Small;
                 let Some(p) = self.find_peer(from) else {
                     // A connection this node retired, or one with an earlier incarnation of
                     // this node: the sender is told (the Reset names this incarnation), and
                     // starts a new one or fails what it had in flight.
                     self.stats.drop_stale += 1;
-                    if !small {
-                        self.send_reset(*r);
-                    }
+                    self.send_reset(*r);
                     return;
                 };
                 let conn = &self.peers[p].conn;
-                let same = if small {
-                    r.tag == wire::session_tag(conn.remote, conn.local)
-                } else {
-                    r.src_session == conn.remote && r.dst_session == conn.local
-                };
+                let same = r.src_session == conn.remote && r.dst_session == conn.local;
                 if conn.state != PeerState::Connected || !same {
                     self.stats.drop_stale += 1;
                     return;
@@ -147,7 +141,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The ack and credit fields every frame from a connected peer carries, and an Ack
     /// frame's selective ack: retire what was acknowledged, send what the credit now allows.
     #[inline]
-    fn on_ack(
+    pub(super) fn on_ack(
         &mut self,
         p: usize,
         ack: u32,
@@ -205,7 +199,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// peer's state is still in cache, rather than after the delay: with many peers each
     /// sending now and then (65,536 peers, a message each per ~25 ms) a delayed ack finds
     /// nothing to coalesce, and would cost the peer a second visit (and a cache miss) later.
-    fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64, quiet: bool) {
+    pub(super) fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64, quiet: bool) {
         match self.peers[p].stream.arrival(r.seq, self.cfg.window) {
             Arrival::Next => {
                 if !self.process(p, r, f) {

@@ -1,0 +1,146 @@
+//! The small-message fast path: a [`Kind::Small`] frame (one whole message under the compact
+//! header) that is next in order from its peer and meets the receive at the front of its
+//! endpoint's posted queue is handled here in one pass — its header read where it lies
+//! (no full [`Repr`]), its peer looked up once, its payload copied into the receive's
+//! buffer and the receive completed without its state being written back to the request
+//! slab. Anything else about such a frame (out of order, nothing posted, a receive further
+//! back in the queue, an asynchronous copy still under way) goes the general way: the frame's
+//! full header is made from the compact one and handed to the stream's ordering (rx.rs) and
+//! the eager state machine (proto/eager.rs), which give the same outcome.
+
+use super::Engine;
+use super::peer::{PeerState, eager_cost};
+use super::types::{Completion, MsgInfo, Outcome, ReqId};
+use crate::addr::EndpointAddr;
+use crate::copy::{BufRef, CopyEngine};
+use crate::link::Link;
+use crate::wire::{self, MacAddr, SmallHeader};
+
+impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
+    /// A received [`Kind::Small`] frame (its kind byte says so; everything else is checked
+    /// here).
+    ///
+    /// [`Kind::Small`]: wire::Kind::Small
+    pub(super) fn on_small(&mut self, f: L::Frame, now: u64) {
+        let h = match SmallHeader::parse(f.as_ref()) {
+            Ok(h) => h,
+            Err(wire::Error::Version) => return self.on_other_version(f.as_ref()),
+            Err(e) => return self.stats.drop(e),
+        };
+        self.stats.rx_frames += 1;
+        if h.dst_mac != self.mac && h.dst_mac != MacAddr::BROADCAST {
+            self.stats.drop_not_ours += 1;
+            return;
+        }
+        // A compact frame names both sessions by one tag, and is never answered with a
+        // Reset (it does not say whom to address; its retransmission carries the full
+        // header and will be).
+        let Some(p) = self.find_peer(h.src_mac) else {
+            self.stats.drop_stale += 1;
+            return;
+        };
+        let conn = &self.peers[p].conn;
+        if conn.state != PeerState::Connected || h.tag != wire::session_tag(conn.remote, conn.local)
+        {
+            self.stats.drop_stale += 1;
+            return;
+        }
+        // Heard from last longer ago than an ack may wait: acknowledged at the end of this
+        // burst (rx.rs, `on_sequenced`).
+        let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
+        self.on_ack(p, h.ack, h.credit, None, None, now);
+        let peer = &self.peers[p];
+        let fast = h.seq == peer.stream.rcv_next
+            && peer.stream.reorder.is_empty()
+            && peer.msgs.in_eager.is_none()
+            && h.flags as u16 & !wire::FLAG_PAYLOAD_CK == 0
+            && self.copy_fifo.is_empty();
+        let front = if fast {
+            self.take_front(h.dst_ep, h.match_bits, h.src_rank)
+        } else {
+            None
+        };
+        let Some((id, buf)) = front else {
+            return self.on_sequenced(p, &h.repr(), f, now, quiet);
+        };
+        let len = h.length as u64;
+        let info = MsgInfo {
+            source: EndpointAddr::new(h.src_mac, h.src_ep),
+            src_rank: h.src_rank,
+            match_bits: h.match_bits,
+            len,
+        };
+        self.deliver_small(id, h.dst_ep, buf, info, f);
+        // The message is consumed: its credit goes back with the next ack, and the stream
+        // moves on (nothing is held behind it: the reorder buffer is empty).
+        let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
+        let peer = &mut self.peers[p];
+        peer.credit.last_eager_rx = now;
+        peer.credit.released = peer.credit.released.wrapping_add(eager_cost(len));
+        if peer.stream.ack_due.is_none() {
+            peer.stream.ack_due = Some(now + delay);
+        }
+        peer.stream.advance();
+        if quiet {
+            peer.stream.ack_soon();
+        } else {
+            peer.stream.schedule_ack(now, every, delay);
+        }
+        self.mark_active(p);
+    }
+
+    /// The receive at the front of endpoint `ep`'s posted queue, taken off it if it matches
+    /// a message with `bits` from `rank`: its id and buffer.
+    #[inline]
+    fn take_front(&mut self, ep: u16, bits: u64, rank: u32) -> Option<(ReqId, BufRef)> {
+        let e = self.eps.get_mut(ep).ok()?;
+        let id = *e.posted.front()?;
+        let r = self.reqs.recv_mut(id)?;
+        if !r.spec.matches(bits, rank) {
+            return None;
+        }
+        let buf = r.buf;
+        e.posted.pop_front();
+        Some((id, buf))
+    }
+
+    /// Copies a small message's payload into receive `id` (taken off endpoint `ep`'s posted
+    /// queue) and completes it: at once when the copy is done now (nothing of the receive is
+    /// written back to the slab), through the copy FIFO when a device finishes it later.
+    fn deliver_small(&mut self, id: ReqId, ep: u16, buf: BufRef, info: MsgInfo, f: L::Frame) {
+        let n = info.len.min(buf.len);
+        let copied = if n == 0 {
+            Ok(true)
+        } else {
+            let head = wire::COMPACT_OVERHEAD;
+            self.copy
+                .copy_from_frame(f, head..head + n as usize, &buf, 0)
+        };
+        match copied {
+            Ok(true) => {
+                self.reqs.remove(id);
+                self.stats.recvs_completed += 1;
+                self.completions.push_back(Completion {
+                    req: id,
+                    ep,
+                    result: Ok(Outcome::Received {
+                        info,
+                        received: n,
+                        truncated: info.len > buf.len,
+                    }),
+                });
+            }
+            Ok(false) => {
+                if let Some(r) = self.reqs.recv_mut(id) {
+                    r.info = Some(info);
+                    r.state = super::request::RecvState::Eager;
+                    r.received = n;
+                    r.arrived = true;
+                    r.copies = 1;
+                }
+                self.copy_fifo.push_back((id, false));
+            }
+            Err(e) => self.finish(id, Err(super::types::Error::Copy(e.0))),
+        }
+    }
+}
