@@ -7,6 +7,9 @@
 //! back in the queue, an asynchronous copy still under way) goes the general way: the frame's
 //! full header is made from the compact one and handed to the stream's ordering (rx.rs) and
 //! the eager state machine (proto/eager.rs), which give the same outcome.
+//!
+//! On the sending side, the ack of a standard eager send's last frame completes the send
+//! here, with one look at the request.
 
 use super::Engine;
 use super::peer::{PeerState, eager_cost};
@@ -142,5 +145,31 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             Err(e) => self.finish(id, Err(super::types::Error::Copy(e.0))),
         }
+    }
+
+    /// An eager frame of send `id` was acknowledged. A standard send whose frames are all
+    /// acknowledged completes here (its request looked up once); a synchronous or rendezvous
+    /// one goes through the protocol's check (proto/).
+    #[inline]
+    pub(super) fn frame_acked(&mut self, id: ReqId) {
+        let Some((ep, s)) = self.reqs.send_entry(id) else {
+            return;
+        };
+        s.unacked = s.unacked.saturating_sub(1);
+        if s.sync || s.rndv || !s.queued {
+            return self.try_finish_send(id);
+        }
+        if s.unacked > 0 {
+            return;
+        }
+        let buf = s.buf;
+        self.reqs.remove(id);
+        self.copy.release(&buf);
+        self.stats.sends_completed += 1;
+        self.completions.push_back(Completion {
+            req: id,
+            ep,
+            result: Ok(Outcome::Sent),
+        });
     }
 }

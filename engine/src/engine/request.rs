@@ -138,6 +138,17 @@ impl Requests {
             _ => None,
         }
     }
+    /// A send and the endpoint it was posted on.
+    #[inline]
+    pub(super) fn send_entry(&mut self, id: ReqId) -> Option<(u16, &mut SendReq)> {
+        match self.get_mut(id)? {
+            Req {
+                ep,
+                kind: ReqKind::Send(s),
+            } => Some((*ep, s)),
+            _ => None,
+        }
+    }
     pub(super) fn recv_mut(&mut self, id: ReqId) -> Option<&mut RecvReq> {
         match &mut self.get_mut(id)?.kind {
             ReqKind::Recv(r) => Some(r),

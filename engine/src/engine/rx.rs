@@ -185,10 +185,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.mark_active(p);
         }
         for id in done.drain(..) {
-            if let Some(s) = self.reqs.send_mut(id) {
-                s.unacked = s.unacked.saturating_sub(1);
-                self.try_finish_send(id);
-            }
+            self.frame_acked(id);
         }
         self.acked = done;
     }
