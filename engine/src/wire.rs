@@ -523,6 +523,17 @@ pub fn checksum(frame: &[u8], ck: usize) -> u32 {
     checksum_of(frame, ck)
 }
 
+/// [`checksum`] of a [`Kind::Small`] frame (its checksum field where the compact header
+/// has it), with the field's place known at compile time: the small-message paths' checksum.
+#[inline]
+pub fn small_checksum(frame: &[u8]) -> u32 {
+    if frame.len() <= SHORT {
+        short_checksum(frame, field::small::CHECKSUM.start)
+    } else {
+        checksum_of(frame, field::small::CHECKSUM.start)
+    }
+}
+
 /// Frames up to this long (headers, small payloads) are hashed by one chain: eight lanes
 /// pay for themselves only on longer runs.
 const SHORT: usize = 128;
@@ -811,7 +822,7 @@ impl SmallHeader {
         } else {
             COMPACT_OVERHEAD
         };
-        if checksum(&b[..covered], s::CHECKSUM.start) != be32(h, s::CHECKSUM) {
+        if small_checksum(&b[..covered]) != be32(h, s::CHECKSUM) {
             return Err(Error::Checksum);
         }
         Ok(Self::read(h))
@@ -864,6 +875,7 @@ impl SmallHeader {
 
     /// Writes the Ethernet and compact headers (checksum zero, to be filled after the
     /// payload) into `buf` and returns the frame length, padded to [`MIN_FRAME`].
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> usize {
         use field::small as s;
         let (head, _) = buf.split_at_mut(COMPACT_OVERHEAD);
@@ -887,6 +899,23 @@ impl SmallHeader {
         b[s::CHECKSUM].fill(0);
         Repr::pad(buf, COMPACT_OVERHEAD + self.length as usize)
     }
+}
+
+/// Fills the checksum of a [`Kind::Small`] frame whose headers and payload are written
+/// (what [`Frame::fill_checksum`] does, without finding out the header's form first).
+#[inline]
+pub fn fill_small_checksum(frame: &mut [u8]) {
+    use field::small as s;
+    let Some(h) = frame.first_chunk::<COMPACT_OVERHEAD>() else {
+        return;
+    };
+    let covered = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
+        (COMPACT_OVERHEAD + h[s::LENGTH] as usize).min(frame.len())
+    } else {
+        COMPACT_OVERHEAD
+    };
+    let c = small_checksum(&frame[..covered]);
+    frame[s::CHECKSUM].copy_from_slice(&c.to_be_bytes());
 }
 
 /// Payload of a standalone ack: which frames past the cumulative ack arrived.
@@ -1090,6 +1119,25 @@ mod tests {
         let mut full_frame = vec![0u8; 128];
         sample().emit(&mut full_frame);
         assert_eq!(SmallHeader::parse(&full_frame), Err(Error::Type));
+        // The sender's fill of a small frame's checksum is the general one, with the
+        // payload covered or not, at every payload length.
+        for len in [0, 1, 7, 8, 9, 74, 75, 200, 255] {
+            for ck in [0, FLAG_PAYLOAD_CK] {
+                let r = Repr {
+                    flags: ck,
+                    length: len,
+                    total: len as u64,
+                    ..small()
+                };
+                let mut a = vec![0x5au8; 400];
+                let n = r.emit(&mut a);
+                let mut b = a.clone();
+                Frame::new_unchecked(&mut a[..n]).fill_checksum();
+                fill_small_checksum(&mut b[..n]);
+                assert_eq!(a, b, "length {len}, flags {ck}");
+                assert!(SmallHeader::parse(&b[..n]).is_ok());
+            }
+        }
     }
 
     #[test]

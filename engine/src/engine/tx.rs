@@ -324,7 +324,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             return Emit::Gone;
         }
-        Frame::new_unchecked(buf.as_mut()).fill_checksum();
+        wire::fill_small_checksum(buf.as_mut());
         self.stats.tx_bytes += len as u64;
         self.tx.push(buf);
         Emit::Sent
