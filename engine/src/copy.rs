@@ -65,17 +65,34 @@ pub trait Memory {
     fn slice_mut(&mut self, b: &BufRef) -> Option<&mut [u8]>;
 }
 
+#[inline]
 fn range_of(b: &BufRef, off: u64, len: usize) -> Result<Range<usize>, CopyError> {
-    let end = off
-        .checked_add(len as u64)
-        .filter(|&e| e <= b.len)
-        .ok_or_else(|| {
-            CopyError(format!(
-                "{len} bytes at offset {off} overrun a {}-byte buffer",
-                b.len
-            ))
-        })?;
-    Ok(off as usize..end as usize)
+    match off.checked_add(len as u64) {
+        Some(end) if end <= b.len => Ok(off as usize..end as usize),
+        _ => Err(overrun(b, off, len)),
+    }
+}
+
+// The errors are built out of line: the copies run for every message, the errors never.
+#[cold]
+#[inline(never)]
+fn overrun(b: &BufRef, off: u64, len: usize) -> CopyError {
+    CopyError(format!(
+        "{len} bytes at offset {off} overrun a {}-byte buffer",
+        b.len
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn unknown(b: &BufRef) -> CopyError {
+    CopyError(format!("unknown buffer {b:?}"))
+}
+
+#[cold]
+#[inline(never)]
+fn smaller(what: &str) -> CopyError {
+    CopyError(format!("{what} smaller than announced"))
 }
 
 /// Synchronous copies by the CPU over any [`Memory`].
@@ -99,35 +116,35 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         dst: &BufRef,
         dst_off: u64,
     ) -> Result<bool, CopyError> {
-        let src = frame
-            .as_ref()
-            .get(range)
-            .ok_or_else(|| CopyError("frame range".into()))?;
+        let Some(src) = frame.as_ref().get(range) else {
+            return Err(smaller("frame"));
+        };
         <Self as CopyEngine<&[u8]>>::write(self, dst, dst_off, src)?;
         Ok(true)
     }
+    #[inline]
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError> {
         let r = range_of(dst, dst_off, src.len())?;
-        let m = self
-            .mem
-            .slice_mut(dst)
-            .ok_or_else(|| CopyError(format!("unknown buffer {dst:?}")))?;
-        m.get_mut(r)
-            .ok_or_else(|| CopyError("buffer smaller than announced".into()))?
-            .copy_from_slice(src);
+        let Some(m) = self.mem.slice_mut(dst) else {
+            return Err(unknown(dst));
+        };
+        let Some(to) = m.get_mut(r) else {
+            return Err(smaller("buffer"));
+        };
+        to.copy_from_slice(src);
         self.bytes += src.len() as u64;
         Ok(())
     }
+    #[inline]
     fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError> {
         let r = range_of(src, src_off, out.len())?;
-        let m = self
-            .mem
-            .slice(src)
-            .ok_or_else(|| CopyError(format!("unknown buffer {src:?}")))?;
-        out.copy_from_slice(
-            m.get(r)
-                .ok_or_else(|| CopyError("buffer smaller than announced".into()))?,
-        );
+        let Some(m) = self.mem.slice(src) else {
+            return Err(unknown(src));
+        };
+        let Some(from) = m.get(r) else {
+            return Err(smaller("buffer"));
+        };
+        out.copy_from_slice(from);
         Ok(())
     }
     fn poll_completed(&mut self, _done: &mut Vec<Result<(), CopyError>>) {}
