@@ -64,41 +64,45 @@ fn sent_to_1(w: &mut World) -> Vec<Vec<u8>> {
 
 #[test]
 fn old_peer_connecting_fails_our_sends_to_it_at_once_and_hears_a_reset() {
-    let (mut w, old, s) = world();
-    poll0(&mut w);
-    // Our connect request went out in this version.
-    let out = sent_to_1(&mut w);
-    assert!(out.iter().any(|f| f[wire::ETH_HEADER_LEN] == wire::VERSION
-        && f[wire::ETH_HEADER_LEN + 1] == Kind::Connect as u8));
-    // The version-1 peer cannot read it; it connects to us in its own version.
-    let mut f = vec![handshake(Kind::Connect, 1, 0x1234, 0)];
-    w.nodes[1].port.tx_burst(&mut f);
-    w.net.set_time(w.now);
-    let start = w.now;
-    poll0(&mut w);
-    poll0(&mut w);
-    let c = w.nodes[0]
-        .eng
-        .pop_completion()
-        .expect("the send failed at once");
-    assert_eq!(c.req, s);
-    assert_eq!(c.result, Err(Error::WireVersion(old, 1)));
-    let msg = c.result.unwrap_err().to_string();
-    assert!(
-        msg.contains("wire version 1") && msg.contains(&format!("version {}", wire::VERSION)),
-        "{msg}"
-    );
-    assert!(w.now - start < w.cfg.rto_min_ns, "not after a timeout");
-    assert_eq!(w.nodes[0].eng.stats.peer_version_mismatch, 1);
-    // It is answered with a Reset of this version, addressed to it.
-    let out = sent_to_1(&mut w);
-    let reset = out
-        .iter()
-        .find(|f| f[wire::ETH_HEADER_LEN + 1] == Kind::Reset as u8)
-        .expect("a reset to the old peer");
-    assert_eq!(reset[wire::ETH_HEADER_LEN], wire::VERSION);
-    let r = Repr::parse(&Frame::new_checked(&reset[..]).unwrap()).unwrap();
-    assert_eq!((r.dst_mac, r.dst_ep, r.dst_session), (mac(1), 0, 0x1234));
+    // The first version, and the one before this (version 2: no compact ack).
+    for theirs in [1, wire::VERSION - 1] {
+        let (mut w, old, s) = world();
+        poll0(&mut w);
+        // Our connect request went out in this version.
+        let out = sent_to_1(&mut w);
+        assert!(out.iter().any(|f| f[wire::ETH_HEADER_LEN] == wire::VERSION
+            && f[wire::ETH_HEADER_LEN + 1] == Kind::Connect as u8));
+        // The older peer cannot read it; it connects to us in its own version.
+        let mut f = vec![handshake(Kind::Connect, theirs, 0x1234, 0)];
+        w.nodes[1].port.tx_burst(&mut f);
+        w.net.set_time(w.now);
+        let start = w.now;
+        poll0(&mut w);
+        poll0(&mut w);
+        let c = w.nodes[0]
+            .eng
+            .pop_completion()
+            .expect("the send failed at once");
+        assert_eq!(c.req, s);
+        assert_eq!(c.result, Err(Error::WireVersion(old, theirs)));
+        let msg = c.result.unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("wire version {theirs}"))
+                && msg.contains(&format!("version {}", wire::VERSION)),
+            "{msg}"
+        );
+        assert!(w.now - start < w.cfg.rto_min_ns, "not after a timeout");
+        assert_eq!(w.nodes[0].eng.stats.peer_version_mismatch, 1);
+        // It is answered with a Reset of this version, addressed to it.
+        let out = sent_to_1(&mut w);
+        let reset = out
+            .iter()
+            .find(|f| f[wire::ETH_HEADER_LEN + 1] == Kind::Reset as u8)
+            .expect("a reset to the old peer");
+        assert_eq!(reset[wire::ETH_HEADER_LEN], wire::VERSION);
+        let r = Repr::parse(&Frame::new_checked(&reset[..]).unwrap()).unwrap();
+        assert_eq!((r.dst_mac, r.dst_ep, r.dst_session), (mac(1), 0, 0x1234));
+    }
 }
 
 #[test]
@@ -110,8 +114,14 @@ fn newer_peer_refusing_our_connect_fails_the_send_with_its_version() {
         .find(|f| f[wire::ETH_HEADER_LEN + 1] == Kind::Connect as u8)
         .expect("connect sent");
     let ours = Repr::parse(&Frame::new_checked(&connect[..]).unwrap()).unwrap();
-    // A peer of version 3 answers with a Reset of its version.
-    let mut f = vec![handshake(Kind::Reset, 3, 0x777, ours.src_session)];
+    // A peer of the next version answers with a Reset of its version.
+    let newer_version = wire::VERSION + 1;
+    let mut f = vec![handshake(
+        Kind::Reset,
+        newer_version,
+        0x777,
+        ours.src_session,
+    )];
     w.nodes[1].port.tx_burst(&mut f);
     w.net.set_time(w.now);
     poll0(&mut w);
@@ -120,7 +130,7 @@ fn newer_peer_refusing_our_connect_fails_the_send_with_its_version() {
         .pop_completion()
         .expect("the send failed at once");
     assert_eq!(c.req, s);
-    assert_eq!(c.result, Err(Error::WireVersion(newer, 3)));
+    assert_eq!(c.result, Err(Error::WireVersion(newer, newer_version)));
     // Nothing answers a Reset: no exchange of refusals.
     poll0(&mut w);
     assert!(
@@ -198,4 +208,53 @@ fn peers_of_this_version_send_small_messages_under_the_compact_header() {
         "past 255 bytes: the full header"
     );
     assert_eq!(w.nodes[0].eng.stats.retransmits, 0);
+}
+
+#[test]
+fn acks_with_nothing_missing_go_under_the_compact_header() {
+    let mut w = World::new(
+        2,
+        Faults {
+            delay_ns: 5_000,
+            ..Faults::default()
+        },
+        7,
+        Config::default(),
+    );
+    w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    let round = |w: &mut World, n: usize| {
+        for k in 0..n {
+            let buf = w.mem(0).insert(pattern(0, k as u32, 8));
+            w.nodes[0]
+                .eng
+                .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+                .unwrap();
+            let rb = w.mem(1).insert(vec![0; 8]);
+            w.nodes[1]
+                .eng
+                .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+                .unwrap();
+            // One message at a time: each is acknowledged on its own.
+            w.run_until(100_000, |w| {
+                w.nodes.iter().all(|n| n.eng.pending_ops() == 0)
+            });
+        }
+    };
+    round(&mut w, 1); // connect
+    let s0 = w.nodes[1].eng.stats.clone();
+    round(&mut w, 20);
+    let s = &w.nodes[1].eng.stats;
+    let acks = s.acks_sent - s0.acks_sent;
+    assert!(acks >= 20, "{acks} acks");
+    // One-way traffic: node 1 sends acks only, each a compact header.
+    assert_eq!(s.tx_frames - s0.tx_frames, acks);
+    assert_eq!(
+        s.tx_bytes - s0.tx_bytes,
+        acks * wire::COMPACT_OVERHEAD as u64
+    );
+    assert_eq!(w.nodes[0].eng.stats.retransmits, 0);
+    // Every one of them taken by node 0 (none dropped as another session's).
+    assert_eq!(w.nodes[0].eng.stats.rx_frames, s.tx_frames);
+    assert_eq!(w.nodes[0].eng.stats.drop_stale, 0);
 }

@@ -97,21 +97,34 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::ConnectAck => self.on_connect_ack(*r, from, f.as_ref(), now),
             Kind::Reset => self.on_reset(*r, from, now),
             _ => {
+                // A short ack names both sessions by one tag, and is never answered with a
+                // Reset (it does not say whom to address; its sender hears of this node's
+                // forgetting by its own frames, or its timers).
+                let short = kind == Kind::ShortAck;
                 let Some(p) = self.find_peer(from) else {
                     // A connection this node retired, or one with an earlier incarnation of
                     // this node: the sender is told (the Reset names this incarnation), and
                     // starts a new one or fails what it had in flight.
                     self.stats.drop_stale += 1;
-                    self.send_reset(*r);
+                    if !short {
+                        self.send_reset(*r);
+                    }
                     return;
                 };
                 let conn = &self.peers[p].conn;
-                let same = r.src_session == conn.remote && r.dst_session == conn.local;
+                let same = if short {
+                    r.tag == wire::session_tag(conn.remote, conn.local)
+                } else {
+                    r.src_session == conn.remote && r.dst_session == conn.local
+                };
                 if conn.state != PeerState::Connected || !same {
                     self.stats.drop_stale += 1;
                     return;
                 }
-                if kind == Kind::Ack {
+                if kind == Kind::ShortAck {
+                    // Nothing missing, no probe answered: the cumulative part alone.
+                    self.on_ack(p, r.ack, r.credit, None, None, now);
+                } else if kind == Kind::Ack {
                     let sack = AckRepr::parse(Frame::new_unchecked(f.as_ref()).payload())
                         .unwrap_or_default();
                     // No bit set (nothing missing): only the cumulative part counts.

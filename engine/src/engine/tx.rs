@@ -138,6 +138,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             // The selective ack only when frames are missing: an ack without it reads as
             // "nothing held beyond the cumulative ack".
             let gaps = !stream.reorder.is_empty();
+            if !gaps && !stream.probe_reply {
+                // The common ack, under the compact header.
+                if self.emit_short_ack(link, p) {
+                    sent += 1;
+                    self.stats.acks_sent += 1;
+                    self.peers[p].stream.acked();
+                }
+                return sent;
+            }
             let mut h = Repr {
                 length: if gaps {
                     wire::ACK_PAYLOAD_LEN as u32
@@ -328,6 +337,30 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.stats.tx_bytes += len as u64;
         self.tx.push(buf);
         Emit::Sent
+    }
+
+    /// A standalone ack with nothing selective and no probe reply: a [`Kind::ShortAck`],
+    /// written straight from the peer's state.
+    fn emit_short_ack(&mut self, link: &mut L, p: usize) -> bool {
+        let Some(mut buf) = link.alloc_tx(wire::MIN_FRAME) else {
+            self.stats.tx_no_buffers += 1;
+            return false;
+        };
+        let peer = &self.peers[p];
+        wire::short_ack(
+            buf.as_mut(),
+            peer.mac,
+            self.mac,
+            self.ck_flag() as u8,
+            wire::session_tag(peer.conn.local, peer.conn.remote),
+            peer.stream.rcv_next,
+            peer.credit.released,
+        );
+        wire::fill_small_checksum(buf.as_mut());
+        // Headers (and payload) as for every frame, the padding to the minimum not counted.
+        self.stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
+        self.tx.push(buf);
+        true
     }
 
     /// The flag that makes a frame's checksum cover its payload, if this link needs it.

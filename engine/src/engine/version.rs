@@ -1,5 +1,5 @@
 //! A peer that speaks another wire version. Every version starts its header with the version
-//! and kind bytes, and versions 1 and 2 share the full header's endpoint fields, so the
+//! and kind bytes, and versions 1 to 3 share the full header's endpoint fields, so the
 //! handshake frames of another version can still be read that far: the operations addressed to
 //! such a peer fail with [`Error::WireVersion`] at connect instead of waiting out the peer
 //! deadline, and a connect request of another version is answered with a Reset of this one,

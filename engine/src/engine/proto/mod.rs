@@ -168,7 +168,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             | Kind::Ack
             | Kind::Reset
             | Kind::Ping
-            | Kind::Probe => {}
+            | Kind::Probe
+            | Kind::ShortAck => {}
         }
         true
     }
