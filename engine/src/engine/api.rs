@@ -81,6 +81,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             msgs.next_msg_id = msgs.next_msg_id.wrapping_add(1).max(1);
             m
         };
+        // A small standard message to a connected peer (the common case) is queued as its
+        // frame right here (fast.rs); its request is written once, queued.
+        let small = mode == SendMode::Standard && self.small_send(p, buf.len);
         let id = self.reqs.alloc(Req {
             ep,
             kind: ReqKind::Send(SendReq {
@@ -92,13 +95,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 rank,
                 sync: mode == SendMode::Synchronous,
                 rndv: false,
-                unacked: 0,
-                queued: false,
+                unacked: small as u32,
+                queued: small,
                 matched: false,
                 fin: false,
             }),
         });
         self.stats.sends_posted += 1;
+        if small {
+            self.queue_small(p, id, msg_id, buf.len);
+            self.mark_active(p);
+            return Ok(id);
+        }
         match self.peers[p].conn.state {
             // Straight onto the wire queue when nothing waits before it.
             PeerState::Connected if self.peers[p].msgs.waiting.is_empty() => self.queue_send(p, id),

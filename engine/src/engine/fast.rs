@@ -8,16 +8,19 @@
 //! full header is made from the compact one and handed to the stream's ordering (rx.rs) and
 //! the eager state machine (proto/eager.rs), which give the same outcome.
 //!
-//! On the sending side, the ack of a standard eager send's last frame completes the send
-//! here, with one look at the request.
+//! On the sending side, a standard send of a small message to a connected peer with credit
+//! is queued as one compact frame straight from `isend` (its request written once, queued),
+//! and the ack of a standard eager send's last frame completes the send here, with one look
+//! at the request.
 
 use super::Engine;
 use super::peer::{PeerState, eager_cost};
+use super::stream::TxDesc;
 use super::types::{Completion, MsgInfo, Outcome, ReqId};
 use crate::addr::EndpointAddr;
 use crate::copy::{BufRef, CopyEngine};
 use crate::link::Link;
-use crate::wire::{self, MacAddr, SmallHeader};
+use crate::wire::{self, Kind, MacAddr, SmallHeader};
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// A received [`Kind::Small`] frame (its kind byte says so; everything else is checked
@@ -171,5 +174,42 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ep,
             result: Ok(Outcome::Sent),
         });
+    }
+
+    /// Whether a standard send of `len` bytes to peer `p` goes out now as one compact frame:
+    /// the peer is connected with nothing waiting before it, and the message fits the
+    /// compact header, a frame and the peer's credit.
+    #[inline]
+    pub(super) fn small_send(&self, p: usize, len: u64) -> bool {
+        let peer = &self.peers[p];
+        peer.conn.state == PeerState::Connected
+            && peer.msgs.waiting.is_empty()
+            && Self::small_fits(len, peer.conn.frag, self.cfg.rndv_threshold)
+            && eager_cost(len) <= peer.credit.avail()
+    }
+
+    /// Whether a standard message of `len` bytes fits one compact frame (to a peer whose
+    /// frames carry `frag` bytes, under the eager limit `rndv_threshold`).
+    #[inline]
+    pub(super) fn small_fits(len: u64, frag: u32, rndv_threshold: usize) -> bool {
+        len <= wire::COMPACT_MAX_PAYLOAD as u64
+            && len <= frag as u64
+            && len <= rndv_threshold as u64
+    }
+
+    /// Queues small standard message `msg_id` of send `id` (`len` bytes, its credit
+    /// available: [`Engine::small_send`]) to peer `p` as one compact frame. Its request is
+    /// already marked queued with one frame unacknowledged.
+    #[inline]
+    pub(super) fn queue_small(&mut self, p: usize, id: ReqId, msg_id: u32, len: u64) {
+        let peer = &mut self.peers[p];
+        peer.credit.used = peer.credit.used.wrapping_add(eager_cost(len));
+        peer.stream.queue_message(TxDesc {
+            req: Some(id),
+            total: len,
+            len: len as u32,
+            ..TxDesc::new(Kind::Small, msg_id)
+        });
+        self.stats.eager_sent += 1;
     }
 }

@@ -44,21 +44,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ..TxDesc::new(Kind::Eager, s.msg_id)
         };
         s.queued = true;
-        let small = len <= wire::COMPACT_MAX_PAYLOAD as u64
-            && len <= frag as u64
-            && len <= rndv_threshold
-            && !s.sync;
+        let small = !s.sync && Self::small_fits(len, frag, self.cfg.rndv_threshold);
         if small && eager_cost(len) <= avail {
-            // A small standard message (the common case): one frame under the compact
-            // header, no fragment arithmetic.
+            // A small standard message: one frame under the compact header, no fragment
+            // arithmetic (as isend queues it when nothing waits for the connection).
             s.unacked = 1;
-            peer.credit.used = peer.credit.used.wrapping_add(eager_cost(len));
-            peer.stream.queue_message(TxDesc {
-                kind: Kind::Small,
-                len: len as u32,
-                ..base
-            });
-            self.stats.eager_sent += 1;
+            let msg_id = s.msg_id;
+            self.queue_small(p, id, msg_id, len);
+            return;
         } else if len <= rndv_threshold && eager_cost(len) <= avail {
             let count = len.div_ceil(frag as u64).max(1) as u32;
             // A small standard message: one frame under the compact header.
