@@ -54,6 +54,12 @@ impl<T: Empty> Lazy<T> {
         self.0 = None;
     }
 
+    /// Whether the collection is allocated (empty or not).
+    #[inline]
+    pub(super) fn allocated(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Heap bytes held: the collection's struct and its buffers.
     pub(super) fn bytes(&self) -> usize {
         self.0

@@ -215,6 +215,7 @@ impl<F: 'static> Peer<F> {
 
     /// Whether anything of this peer is timed: a connect in progress, frames to send or
     /// unacknowledged, an ack owed, operations waiting on it.
+    #[inline]
     pub(super) fn timed(&self) -> bool {
         let s = &self.stream;
         match self.conn.state {
@@ -249,9 +250,20 @@ impl<F: 'static> Peer<F> {
         self.msgs.pulls.release();
     }
 
-    /// Whether any of its collections is allocated (`shrink` has something to give back).
+    /// Whether any of its collections is allocated (`shrink` has something to give back):
+    /// eight pointers looked at, on every transmit pass of a peer that has gone quiet.
+    #[inline]
     pub(super) fn holds_collections(&self) -> bool {
-        self.bytes() > size_of::<Self>()
+        let s = &self.stream;
+        let m = &self.msgs;
+        s.pending.allocated()
+            || s.ctl_bulk.allocated()
+            || s.unacked.allocated()
+            || s.resend.allocated()
+            || s.reorder.allocated()
+            || m.waiting.allocated()
+            || m.sends.allocated()
+            || m.pulls.allocated()
     }
 
     /// Bytes this peer holds: the struct and its collections (by capacity).
@@ -296,5 +308,6 @@ mod tests {
         let p: super::Peer<Vec<u8>> =
             super::Peer::new(crate::wire::MacAddr([2, 0, 0, 0, 0, 1]), 1400);
         assert_eq!(p.bytes(), size_of::<super::Peer<Vec<u8>>>());
+        assert!(!p.holds_collections());
     }
 }
