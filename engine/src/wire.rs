@@ -946,7 +946,7 @@ impl SmallHeader {
 
 /// Fills the checksum of a [`Kind::Small`] frame whose headers and payload are written
 /// (what [`Frame::fill_checksum`] does, without finding out the header's form first).
-#[inline]
+#[inline(always)]
 pub fn fill_small_checksum(frame: &mut [u8]) {
     use field::small as s;
     let Some(h) = frame.first_chunk::<COMPACT_OVERHEAD>() else {
