@@ -282,6 +282,46 @@ fn truncation_reports_incoming_length() {
 }
 
 #[test]
+fn small_messages_meet_posted_receives_in_and_out_of_queue_order() {
+    // Receives posted before the messages arrive: a message for the front receive, one for a
+    // receive further back (the front one does not match it), an empty one, a truncated one.
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let (r5, buf5) = recv(&mut w, 1, 2, 5, 64);
+    let (r7, buf7) = recv(&mut w, 1, 2, 7, 4);
+    let (rany, bufany) = recv(&mut w, 1, -1, -1, 16);
+    send(&mut w, 0, b, 2, 7, b"abcdefgh".to_vec(), SendMode::Standard);
+    send(&mut w, 0, b, 2, 5, Vec::new(), SendMode::Standard);
+    send(&mut w, 0, b, 9, 9, pattern(0, 1, 10), SendMode::Standard);
+    let c = wait_all(&mut w, 1, &[r5, r7, rany]);
+    let (info, n, trunc) = received(&c[1]);
+    assert_eq!((info.len, n, trunc, info.src_rank), (8, 4, true, 2));
+    assert_eq!(&w.mem(1).get(&buf7).unwrap()[..], b"abcd");
+    let (info, n, trunc) = received(&c[0]);
+    assert_eq!((info.len, n, trunc), (0, 0, false));
+    assert_eq!(w.mem(1).get(&buf5).unwrap(), &vec![0u8; 64]);
+    let (info, n, trunc) = received(&c[2]);
+    assert_eq!((info.len, n, trunc, info.src_rank), (10, 10, false, 9));
+    assert_eq!(info.match_bits, match_bits(CTX, 9));
+    assert_eq!(&w.mem(1).get(&bufany).unwrap()[..10], &pattern(0, 1, 10)[..]);
+    // Receives complete in the order their messages arrive: the match further back in the
+    // queue first.
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let (first, second) = (recv(&mut w, 1, 2, 5, 8).0, recv(&mut w, 1, 2, 7, 8).0);
+    send(&mut w, 0, b, 2, 7, b"x".to_vec(), SendMode::Standard);
+    send(&mut w, 0, b, 2, 5, b"y".to_vec(), SendMode::Standard);
+    let mut got = Vec::new();
+    w.run_until(200_000, |w| {
+        while let Some(c) = w.nodes[1].eng.pop_completion() {
+            got.push(c.req);
+        }
+        got.len() == 2
+    });
+    assert_eq!(got, [second, first]);
+}
+
+#[test]
 fn synchronous_send_completes_only_after_match() {
     for len in [10usize, 5_000, 100_000] {
         let mut w = world();

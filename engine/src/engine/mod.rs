@@ -9,7 +9,9 @@
 //! `impl Engine` block that reads and changes its own part: `api` (the MPI-shaped calls),
 //! `conn` (handshake, sessions, the peer table, resets), `credit`, `proto` (the eager
 //! and rendezvous message state machines), `copyq` (the copy FIFO), `rx` (demux and
-//! dispatch), `tx` (building and sending frames) and `timers`.
+//! dispatch), `fast` (the small-message fast path: a send queued as its frame, a received
+//! frame matched and completed in one pass, a send completed by its ack), `tx` (building and
+//! sending frames) and `timers`.
 
 mod api;
 mod conn;
