@@ -303,7 +303,10 @@ fn small_messages_meet_posted_receives_in_and_out_of_queue_order() {
     let (info, n, trunc) = received(&c[2]);
     assert_eq!((info.len, n, trunc, info.src_rank), (10, 10, false, 9));
     assert_eq!(info.match_bits, match_bits(CTX, 9));
-    assert_eq!(&w.mem(1).get(&bufany).unwrap()[..10], &pattern(0, 1, 10)[..]);
+    assert_eq!(
+        &w.mem(1).get(&bufany).unwrap()[..10],
+        &pattern(0, 1, 10)[..]
+    );
     // Receives complete in the order their messages arrive: the match further back in the
     // queue first.
     let mut w = world();
