@@ -210,3 +210,76 @@ fn lossless_link_sees_no_retransmit_at_any_size() {
         assert_eq!(n.eng.stats.rx_duplicates, 0);
     }
 }
+
+/// Synchronous sends to many nodes whose receives are not posted yet: the peers they wait on
+/// leave the per-pass timer list for the keepalive queue (each looked at once per
+/// keepalive period), the sends still complete once matched, and one to a node that
+/// vanishes still fails within the deadline.
+#[test]
+fn peers_that_operations_only_wait_on_cost_no_timer_pass() {
+    const N: usize = 40;
+    let cfg = Config {
+        peer_timeout_ns: 50_000_000,
+        ..Config::default()
+    };
+    let deadline = cfg.peer_timeout_ns;
+    let mut w = World::new(N + 1, lossless(), 8, cfg);
+    for n in 0..=N {
+        w.nodes[n].eng.open_endpoint(Some(0)).unwrap();
+    }
+    let mut sends = Vec::new();
+    for n in 1..=N {
+        let buf = w.mem(0).insert(vec![n as u8; 100]);
+        let to = EndpointAddr::new(mac(n), 0);
+        sends.push(
+            w.nodes[0]
+                .eng
+                .isend(0, to, match_bits(1, 1), 0, buf, SendMode::Synchronous)
+                .unwrap(),
+        );
+    }
+    // Delivered and acknowledged everywhere; then a few timer passes (every 250 us).
+    w.run_until(1_000_000, |w| {
+        (1..=N).all(|n| w.nodes[n].eng.unexpected_bytes() > 0) && w.nodes[0].eng.armed_peers() == 0
+    });
+    let t = w.now;
+    w.run_until(1_000_000, |w| w.now > t + 2_000_000);
+    assert_eq!(w.nodes[0].eng.armed_peers(), 0, "no peer visited per pass");
+    assert_eq!(w.nodes[0].eng.waiting_peers(), N);
+    assert!(sends.iter().all(|&s| w.nodes[0].eng.is_pending(s)));
+    // Past several keepalive periods (a sixteenth of the deadline): still waiting, alive.
+    let t = w.now;
+    w.run_until(10_000_000, |w| w.now > t + deadline / 2);
+    assert!(sends.iter().all(|&s| w.nodes[0].eng.is_pending(s)));
+    // The last node vanishes; the others post their receives.
+    w.net.set_down(mac(N), true);
+    w.nodes.truncate(N);
+    let gone_at = w.now;
+    for n in 1..N {
+        let rb = w.mem(n).insert(vec![0; 100]);
+        w.nodes[n]
+            .eng
+            .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+            .unwrap();
+    }
+    let mut done = Vec::new();
+    w.run_until(10_000_000, |w| {
+        while let Some(c) = w.nodes[0].eng.pop_completion() {
+            done.push(c);
+        }
+        done.len() == N
+    });
+    for c in &done {
+        let i = sends.iter().position(|&s| s == c.req).unwrap();
+        if i + 1 == N {
+            assert_eq!(
+                c.result,
+                Err(Error::PeerUnreachable(EndpointAddr::new(mac(N), 0)))
+            );
+        } else {
+            assert!(c.result.is_ok(), "{c:?}");
+        }
+    }
+    let took = w.now - gone_at;
+    assert!(took <= deadline + deadline / 2, "failed after {took} ns");
+}

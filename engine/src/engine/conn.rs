@@ -70,7 +70,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if peer.in_armed {
             return;
         }
-        if peer.timed() || peer.holds_collections() {
+        if peer.timed() && peer.only_waits() {
+            self.wait_keepalive(p, now);
+        } else if peer.timed() || peer.holds_collections() {
             peer.in_armed = true;
             self.armed.push(p);
         } else if self.cfg.session_idle_ns != 0 && !peer.conn.retire_queued {
@@ -328,7 +330,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// active and not through a transmit pass yet (65,536 quiet peers cost nothing here).
     pub(super) fn fail_endpoint_ops(&mut self, ep: u16) {
         let mine = |e: &Self, id: ReqId| e.reqs.get(id).is_some_and(|r| r.ep == ep);
-        let mut busy: Vec<usize> = self.armed.iter().chain(&self.active).copied().collect();
+        let waits = self.waits.iter().map(|&(p, _)| p);
+        let mut busy: Vec<usize> = self
+            .armed
+            .iter()
+            .chain(&self.active)
+            .copied()
+            .chain(waits)
+            .collect();
         busy.sort_unstable();
         busy.dedup();
         for p in busy {

@@ -67,9 +67,12 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     last_peer: usize,
     /// Peers with frames to send or acks owed.
     active: Vec<usize>,
-    /// Peers with anything timed (a connect, frames unacknowledged, an ack due, operations
-    /// waiting on them): the timers and the sleep budget visit these, never every peer.
+    /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
+    /// timer pass and the sleep budget visit these, never every peer.
     armed: Vec<usize>,
+    /// Peers timed only because operations wait on them (`Peer::only_waits`), and when to
+    /// look at them next (a keepalive period from when they were queued: in order).
+    waits: VecDeque<(usize, u64)>,
     /// Peers that went idle, and when: their queues' buffers are given back once they have
     /// stayed idle for `credit_idle_ns` (a peer talked to again soon keeps them).
     went_idle: VecDeque<(usize, u64)>,
@@ -137,6 +140,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             last_peer: 0,
             active: Vec::new(),
             armed: Vec::new(),
+            waits: VecDeque::new(),
             went_idle: VecDeque::new(),
             retire_check: VecDeque::new(),
             free: Vec::new(),
@@ -258,10 +262,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.grants_total
     }
 
-    /// Peers the timers visit now (those with anything in flight): idle peers cost no timer
-    /// work.
+    /// Peers every timer pass visits now (those with anything in flight): idle peers, and
+    /// peers that operations only wait on, cost no work per pass.
     pub fn armed_peers(&self) -> usize {
         self.armed.len()
+    }
+
+    /// Peers in the keepalive queue: operations wait on them, nothing else is timed; each
+    /// is looked at once per keepalive period (`peer_timeout_ns / 16`).
+    pub fn waiting_peers(&self) -> usize {
+        self.waits.len()
     }
 
     /// Peers known, and the bytes of engine memory they hold: each peer's state and queue

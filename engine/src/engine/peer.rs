@@ -234,6 +234,24 @@ impl<F: 'static> Peer<F> {
         }
     }
 
+    /// Timed only because operations wait on it (a synchronous or rendezvous send waiting
+    /// for its match, a pull, an eager message half arrived), with nothing in flight or due:
+    /// its only timers are the keepalive and the deadline, seconds away, so it waits in the
+    /// engine's keepalive queue instead of being visited by every timer pass.
+    #[inline]
+    pub(super) fn only_waits(&self) -> bool {
+        let s = &self.stream;
+        self.conn.state == PeerState::Connected
+            && !s.ack_now
+            && s.ack_due.is_none()
+            && !self.conn.connect_ack_owed
+            && !s.has_tx()
+            && s.unacked.is_empty()
+            && s.reorder.is_empty()
+            && self.msgs.waiting.is_empty()
+            && self.waiting_on_peer()
+    }
+
     /// An idle peer gives back its collections (a peer that carried one large message held
     /// ~400 KiB of descriptors ever after); they are allocated again on use.
     pub(super) fn shrink(&mut self) {

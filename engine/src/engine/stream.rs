@@ -200,6 +200,9 @@ pub(super) struct Stream<F> {
     ack_owed: u32,
     pub(super) ack_due: Option<u64>,
     pub(super) ack_now: bool,
+    /// In the engine's keepalive queue (`Engine::waits`; one entry per peer at most, but
+    /// for a slot reused after a retirement).
+    pub(super) keepalive_queued: bool,
 }
 
 impl<F> Default for Stream<F> {
@@ -223,6 +226,7 @@ impl<F> Default for Stream<F> {
             ack_owed: 0,
             ack_due: None,
             ack_now: false,
+            keepalive_queued: false,
         }
     }
 }

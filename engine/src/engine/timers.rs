@@ -34,23 +34,35 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for &p in &armed {
             self.peer_timers(p, now);
         }
-        let retiring = self.cfg.session_idle_ns != 0;
         for p in armed {
             let peer = &mut self.peers[p];
-            if peer.timed() {
+            if peer.timed() && !peer.only_waits() {
                 self.armed.push(p);
                 continue;
             }
             peer.in_armed = false;
-            // Buffers to give back later, if any (a peer that only received holds none:
-            // no second visit, which with many peers would be a cache miss per message).
-            if peer.holds_collections() {
-                self.went_idle.push_back((p, now));
+            self.after_timers(p, now);
+        }
+        // Peers that operations only wait on: looked at once per keepalive period, not every
+        // pass (10,000 synchronous or rendezvous sends waiting for their match cost nothing
+        // here until then).
+        while let Some(&(p, due)) = self.waits.front() {
+            if due > now {
+                break;
             }
-            // Once per idle spell: the retirement check (at most one entry per peer).
-            if retiring && !peer.conn.retire_queued {
-                peer.conn.retire_queued = true;
-                self.retire_check.push_back((p, now));
+            self.waits.pop_front();
+            let peer = &mut self.peers[p];
+            peer.stream.keepalive_queued = false;
+            if peer.in_armed {
+                // Busy again meanwhile: the passes visit it.
+                continue;
+            }
+            self.peer_timers(p, now);
+            if self.peers[p].timed() && !self.peers[p].only_waits() {
+                self.peers[p].in_armed = true;
+                self.armed.push(p);
+            } else {
+                self.after_timers(p, now);
             }
         }
         while let Some(&(p, since)) = self.went_idle.front() {
@@ -82,6 +94,42 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.retire_check.push_back((p, now));
             }
         }
+    }
+
+    /// Peer `p`, not armed, after its timers ran: queued for its next keepalive if
+    /// operations still wait on it; otherwise it went quiet: its buffers are given back
+    /// later, if any (a peer that only received holds none: no second visit, which with many
+    /// peers would be a cache miss per message), and its session's retirement is checked
+    /// (at most one entry per peer).
+    fn after_timers(&mut self, p: usize, now: u64) {
+        let peer = &mut self.peers[p];
+        if peer.timed() {
+            self.wait_keepalive(p, now);
+            return;
+        }
+        if peer.holds_collections() {
+            self.went_idle.push_back((p, now));
+        }
+        if self.cfg.session_idle_ns != 0 && !peer.conn.retire_queued {
+            peer.conn.retire_queued = true;
+            self.retire_check.push_back((p, now));
+        }
+    }
+
+    /// Queues peer `p` (operations only wait on it) for a look a keepalive period from now.
+    pub(super) fn wait_keepalive(&mut self, p: usize, now: u64) {
+        let period = self.keepalive_period();
+        let s = &mut self.peers[p].stream;
+        if !s.keepalive_queued {
+            s.keepalive_queued = true;
+            self.waits.push_back((p, now + period));
+        }
+    }
+
+    /// How often a peer that operations wait on is looked at: the keepalive goes out once it
+    /// has been quiet for a quarter of the peer timeout, so at most a sixteenth late.
+    fn keepalive_period(&self) -> u64 {
+        (self.cfg.peer_timeout_ns / 16).max(self.cfg.rto_min_ns / 4)
     }
 
     fn peer_timers(&mut self, p: usize, now: u64) {
@@ -150,7 +198,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return 0;
         }
         let scan = self.cfg.rto_min_ns / 4;
-        let mut budget = u64::MAX;
+        let mut budget = self
+            .waits
+            .front()
+            .map_or(u64::MAX, |&(_, due)| due.saturating_sub(now).max(scan));
         for p in self.armed.iter().map(|&p| &self.peers[p]) {
             match p.conn.state {
                 PeerState::Idle => continue,
