@@ -126,31 +126,31 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Posts a receive into `buf` for messages matching `spec`.
     pub fn irecv(&mut self, ep: u16, spec: MatchSpec, buf: BufRef) -> Result<ReqId, Error> {
-        let e = self.eps.get(ep)?;
+        // The endpoint looked up once (the request slab and the store are other fields).
+        let Engine {
+            eps, reqs, unex, ..
+        } = self;
+        let e = eps.get_mut(ep)?;
         // Usually nothing waits unexpected: no search then.
         let hit = if e.unexpected.is_empty() {
             None
         } else {
-            e.unexpected
-                .iter()
-                .position(|&u| self.unex.matches(u, &spec))
+            e.unexpected.iter().position(|&u| unex.matches(u, &spec))
         };
-        let id = self.reqs.alloc(Req {
+        let id = reqs.alloc(Req {
             ep,
             kind: ReqKind::Recv(RecvReq::posted(spec, buf)),
         });
-        self.stats.recvs_posted += 1;
-        match hit {
-            Some(i) => {
-                let u = self
-                    .eps
-                    .get_mut(ep)?
-                    .unexpected
-                    .remove(i)
-                    .expect("index from position");
-                self.deliver_unexp(u, id);
+        let hit = match hit {
+            Some(i) => Some(e.unexpected.remove(i).expect("index from position")),
+            None => {
+                e.posted.push_back(id);
+                None
             }
-            None => self.eps.get_mut(ep)?.posted.push_back(id),
+        };
+        self.stats.recvs_posted += 1;
+        if let Some(u) = hit {
+            self.deliver_unexp(u, id);
         }
         Ok(id)
     }
