@@ -14,7 +14,9 @@
 //! at the request.
 
 use super::Engine;
+use super::endpoint::Endpoints;
 use super::peer::{PeerState, eager_cost};
+use super::request::Requests;
 use super::stream::TxDesc;
 use super::types::{Completion, MsgInfo, Outcome, ReqId};
 use crate::addr::EndpointAddr;
@@ -45,31 +47,64 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_stale += 1;
             return;
         };
-        let conn = &self.peers[p].conn;
+        // The peer's entry is borrowed once for everything the frame does to it (the
+        // connection check, its ack and credit, the receive order); the rest of the engine
+        // is reached by its other fields.
+        let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
+        let mut peer = &mut self.peers[p];
+        let conn = &mut peer.conn;
         if conn.state != PeerState::Connected || h.tag != wire::session_tag(conn.remote, conn.local)
         {
             self.stats.drop_stale += 1;
             return;
         }
         // Heard from last longer ago than an ack may wait: acknowledged at the end of this
-        // burst (rx.rs, `on_sequenced`).
-        let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
-        self.on_ack(p, h.ack, h.credit, None, None, now);
-        let peer = &self.peers[p];
+        // burst (as rx.rs, `on_sequenced`, does).
+        let quiet = now.saturating_sub(conn.last_rx) > delay;
+        // Its ack and credit (rx.rs, `on_ack`): the work only if they moved.
+        conn.last_rx = now;
+        let more_credit = peer.credit.on_released(h.credit);
+        if more_credit || peer.stream.acks_new(h.ack) {
+            self.on_new_ack(p, h.ack, more_credit, None, None, now);
+            peer = &mut self.peers[p];
+        }
         let fast = h.seq == peer.stream.rcv_next
             && peer.stream.reorder.is_empty()
             && peer.msgs.in_eager.is_none()
             && h.flags as u16 & !wire::FLAG_PAYLOAD_CK == 0
             && self.copy_fifo.is_empty();
         let front = if fast {
-            self.take_front(h.dst_ep, h.match_bits, h.src_rank)
+            take_front(
+                &mut self.eps,
+                &mut self.reqs,
+                h.dst_ep,
+                h.match_bits,
+                h.src_rank,
+            )
         } else {
             None
         };
         let Some((id, buf)) = front else {
             return self.on_sequenced(p, &h.repr(), f, now, quiet);
         };
+        // The message is consumed: its credit goes back with the next ack, and the stream
+        // moves on (nothing is held behind it: the reorder buffer is empty).
         let len = h.length as u64;
+        peer.credit.last_eager_rx = now;
+        peer.credit.released = peer.credit.released.wrapping_add(eager_cost(len));
+        let stream = &mut peer.stream;
+        if stream.ack_due.is_none() {
+            stream.ack_due = Some(now + delay);
+        }
+        stream.advance();
+        if quiet {
+            stream.ack_soon();
+        } else {
+            stream.schedule_ack(now, every, delay);
+        }
+        if !peer.in_active {
+            self.mark_active(p);
+        }
         let info = MsgInfo {
             source: EndpointAddr::new(h.src_mac, h.src_ep),
             src_rank: h.src_rank,
@@ -77,37 +112,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             len,
         };
         self.deliver_small(id, h.dst_ep, buf, info, f);
-        // The message is consumed: its credit goes back with the next ack, and the stream
-        // moves on (nothing is held behind it: the reorder buffer is empty).
-        let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
-        let peer = &mut self.peers[p];
-        peer.credit.last_eager_rx = now;
-        peer.credit.released = peer.credit.released.wrapping_add(eager_cost(len));
-        if peer.stream.ack_due.is_none() {
-            peer.stream.ack_due = Some(now + delay);
-        }
-        peer.stream.advance();
-        if quiet {
-            peer.stream.ack_soon();
-        } else {
-            peer.stream.schedule_ack(now, every, delay);
-        }
-        self.mark_active(p);
-    }
-
-    /// The receive at the front of endpoint `ep`'s posted queue, taken off it if it matches
-    /// a message with `bits` from `rank`: its id and buffer.
-    #[inline]
-    fn take_front(&mut self, ep: u16, bits: u64, rank: u32) -> Option<(ReqId, BufRef)> {
-        let e = self.eps.get_mut(ep).ok()?;
-        let id = *e.posted.front()?;
-        let r = self.reqs.recv_mut(id)?;
-        if !r.spec.matches(bits, rank) {
-            return None;
-        }
-        let buf = r.buf;
-        e.posted.pop_front();
-        Some((id, buf))
     }
 
     /// Copies a small message's payload into receive `id` (taken off endpoint `ep`'s posted
@@ -212,4 +216,25 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         });
         self.stats.eager_sent += 1;
     }
+}
+
+/// The receive at the front of endpoint `ep`'s posted queue, taken off it if it matches a
+/// message with `bits` from `rank`: its id and buffer.
+#[inline]
+fn take_front(
+    eps: &mut Endpoints,
+    reqs: &mut Requests,
+    ep: u16,
+    bits: u64,
+    rank: u32,
+) -> Option<(ReqId, BufRef)> {
+    let e = eps.get_mut(ep).ok()?;
+    let id = *e.posted.front()?;
+    let r = reqs.recv_mut(id)?;
+    if !r.spec.matches(bits, rank) {
+        return None;
+    }
+    let buf = r.buf;
+    e.posted.pop_front();
+    Some((id, buf))
 }

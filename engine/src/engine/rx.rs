@@ -154,7 +154,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The ack and credit fields every frame from a connected peer carries, and an Ack
     /// frame's selective ack: retire what was acknowledged, send what the credit now allows.
     #[inline]
-    pub(super) fn on_ack(
+    fn on_ack(
         &mut self,
         p: usize,
         ack: u32,
@@ -176,7 +176,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// An ack that moved, more credit, a selective ack or a probe's reply.
     #[inline(never)]
-    fn on_new_ack(
+    pub(super) fn on_new_ack(
         &mut self,
         p: usize,
         ack: u32,
