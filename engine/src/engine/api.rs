@@ -2,6 +2,7 @@
 //! moves a frame; the next [`Engine::poll`] does.
 
 use super::Engine;
+use super::fast;
 use super::peer::PeerState;
 use super::request::{RecvReq, RecvState, Req, ReqKind, SendReq};
 use super::types::{Error, MessageHandle, MsgInfo, ReqId, SendMode};
@@ -75,15 +76,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let now = self.now;
         self.eps.get(ep)?;
         let p = self.peer_for(dest.mac);
+        let rndv_threshold = self.cfg.rndv_threshold;
+        // The peer's entry borrowed once (the request slab is another field).
+        let peer = &mut self.peers[p];
         let msg_id = {
-            let msgs = &mut self.peers[p].msgs;
+            let msgs = &mut peer.msgs;
             let m = msgs.next_msg_id;
             msgs.next_msg_id = msgs.next_msg_id.wrapping_add(1).max(1);
             m
         };
         // A small standard message to a connected peer (the common case) is queued as its
         // frame right here (fast.rs); its request is written once, queued.
-        let small = mode == SendMode::Standard && self.small_send(p, buf.len);
+        let small = mode == SendMode::Standard && fast::small_send(peer, buf.len, rndv_threshold);
         let id = self.reqs.alloc(Req {
             ep,
             kind: ReqKind::Send(SendReq {
@@ -103,8 +107,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         });
         self.stats.sends_posted += 1;
         if small {
-            self.queue_small(p, id, msg_id, buf.len);
-            self.mark_active(p);
+            fast::queue_small(peer, id, msg_id, buf.len);
+            self.stats.eager_sent += 1;
+            if !peer.in_active {
+                self.mark_active(p);
+            }
             return Ok(id);
         }
         match self.peers[p].conn.state {

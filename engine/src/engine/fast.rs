@@ -15,7 +15,7 @@
 
 use super::Engine;
 use super::endpoint::Endpoints;
-use super::peer::{PeerState, eager_cost};
+use super::peer::{Peer, PeerState, eager_cost};
 use super::request::Requests;
 use super::stream::TxDesc;
 use super::types::{Completion, MsgInfo, Outcome, ReqId};
@@ -179,43 +179,38 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             result: Ok(Outcome::Sent),
         });
     }
+}
 
-    /// Whether a standard send of `len` bytes to peer `p` goes out now as one compact frame:
-    /// the peer is connected with nothing waiting before it, and the message fits the
-    /// compact header, a frame and the peer's credit.
-    #[inline]
-    pub(super) fn small_send(&self, p: usize, len: u64) -> bool {
-        let peer = &self.peers[p];
-        peer.conn.state == PeerState::Connected
-            && peer.msgs.waiting.is_empty()
-            && Self::small_fits(len, peer.conn.frag, self.cfg.rndv_threshold)
-            && eager_cost(len) <= peer.credit.avail()
-    }
+/// Whether a standard send of `len` bytes to `peer` goes out now as one compact frame: the
+/// peer is connected with nothing waiting before it, and the message fits the compact
+/// header, a frame and the peer's credit (`rndv_threshold`: the eager limit).
+#[inline]
+pub(super) fn small_send<F>(peer: &Peer<F>, len: u64, rndv_threshold: usize) -> bool {
+    peer.conn.state == PeerState::Connected
+        && peer.msgs.waiting.is_empty()
+        && small_fits(len, peer.conn.frag, rndv_threshold)
+        && eager_cost(len) <= peer.credit.avail()
+}
 
-    /// Whether a standard message of `len` bytes fits one compact frame (to a peer whose
-    /// frames carry `frag` bytes, under the eager limit `rndv_threshold`).
-    #[inline]
-    pub(super) fn small_fits(len: u64, frag: u32, rndv_threshold: usize) -> bool {
-        len <= wire::COMPACT_MAX_PAYLOAD as u64
-            && len <= frag as u64
-            && len <= rndv_threshold as u64
-    }
+/// Whether a standard message of `len` bytes fits one compact frame (to a peer whose frames
+/// carry `frag` bytes, under the eager limit `rndv_threshold`).
+#[inline]
+pub(super) fn small_fits(len: u64, frag: u32, rndv_threshold: usize) -> bool {
+    len <= wire::COMPACT_MAX_PAYLOAD as u64 && len <= frag as u64 && len <= rndv_threshold as u64
+}
 
-    /// Queues small standard message `msg_id` of send `id` (`len` bytes, its credit
-    /// available: [`Engine::small_send`]) to peer `p` as one compact frame. Its request is
-    /// already marked queued with one frame unacknowledged.
-    #[inline]
-    pub(super) fn queue_small(&mut self, p: usize, id: ReqId, msg_id: u32, len: u64) {
-        let peer = &mut self.peers[p];
-        peer.credit.used = peer.credit.used.wrapping_add(eager_cost(len));
-        peer.stream.queue_message(TxDesc {
-            req: Some(id),
-            total: len,
-            len: len as u32,
-            ..TxDesc::new(Kind::Small, msg_id)
-        });
-        self.stats.eager_sent += 1;
-    }
+/// Queues small standard message `msg_id` of send `id` (`len` bytes, its credit available:
+/// [`small_send`]) to `peer` as one compact frame. Its request is already marked queued with
+/// one frame unacknowledged; the caller counts it sent.
+#[inline]
+pub(super) fn queue_small<F: 'static>(peer: &mut Peer<F>, id: ReqId, msg_id: u32, len: u64) {
+    peer.credit.used = peer.credit.used.wrapping_add(eager_cost(len));
+    peer.stream.queue_message(TxDesc {
+        req: Some(id),
+        total: len,
+        len: len as u32,
+        ..TxDesc::new(Kind::Small, msg_id)
+    });
 }
 
 /// The receive at the front of endpoint `ep`'s posted queue, taken off it if it matches a

@@ -9,6 +9,7 @@ mod rndv;
 use crate::addr::EndpointAddr;
 use crate::copy::CopyEngine;
 use crate::engine::Engine;
+use crate::engine::fast;
 use crate::engine::peer::eager_cost;
 use crate::engine::request::{RecvState, Req, ReqKind, Requests};
 use crate::engine::stream::TxDesc;
@@ -44,13 +45,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ..TxDesc::new(Kind::Eager, s.msg_id)
         };
         s.queued = true;
-        let small = !s.sync && Self::small_fits(len, frag, self.cfg.rndv_threshold);
+        let small = !s.sync && fast::small_fits(len, frag, self.cfg.rndv_threshold);
         if small && eager_cost(len) <= avail {
             // A small standard message: one frame under the compact header, no fragment
             // arithmetic (as isend queues it when nothing waits for the connection).
             s.unacked = 1;
-            let msg_id = s.msg_id;
-            self.queue_small(p, id, msg_id, len);
+            fast::queue_small(peer, id, s.msg_id, len);
+            self.stats.eager_sent += 1;
             return;
         } else if len <= rndv_threshold && eager_cost(len) <= avail {
             let count = len.div_ceil(frag as u64).max(1) as u32;
