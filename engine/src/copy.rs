@@ -182,10 +182,12 @@ impl HeapMemory {
 }
 
 impl Memory for HeapMemory {
+    #[inline]
     fn slice(&self, b: &BufRef) -> Option<&[u8]> {
         let v = self.get(b)?;
         v.get(b.addr as usize..(b.addr.checked_add(b.len)?) as usize)
     }
+    #[inline]
     fn slice_mut(&mut self, b: &BufRef) -> Option<&mut [u8]> {
         let v = self.slot_mut(b.region)?.as_mut()?;
         v.get_mut(b.addr as usize..(b.addr.checked_add(b.len)?) as usize)

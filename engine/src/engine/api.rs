@@ -75,7 +75,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     ) -> Result<ReqId, Error> {
         let now = self.now;
         self.eps.get(ep)?;
-        let p = self.peer_for(dest.mac);
+        // The peer last looked up is usually this one: checked inline, the table (and a new
+        // peer's set-up) out of line.
+        let p = match self.find_peer(dest.mac) {
+            Some(p) => p,
+            None => self.peer_for(dest.mac),
+        };
         let rndv_threshold = self.cfg.rndv_threshold;
         // The peer's entry borrowed once (the request slab is another field).
         let peer = &mut self.peers[p];
