@@ -23,7 +23,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> FrameSource for Burst<'_, L, C> {
     fn room(&self) -> bool {
         self.engine.tx.len() < self.budget
     }
+    #[inline]
     fn emit(&mut self, d: &TxDesc) -> Emit {
+        // A small message goes under the compact header the first time only (see
+        // `emit_desc`): that case has a function of its own, with a smaller frame.
+        if d.kind == Kind::Small && d.retries == 0 {
+            return self.engine.emit_small(self.link, &self.header, d);
+        }
         self.engine.emit_desc(self.link, &self.header, d)
     }
 }
@@ -229,6 +235,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Builds the frame a sequenced descriptor stands for, under `header` (the peer's).
+    #[inline(never)]
     fn emit_desc(&mut self, link: &mut L, header: &Repr, d: &TxDesc) -> Emit {
         // A small message goes under the compact header the first time only: resent, it
         // carries the full one (both sessions, its message id), so that a receiver that
@@ -294,6 +301,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// A small message's first transmission: the compact header written straight from the
     /// peer's header and the send (no full header built for it).
+    #[inline(never)]
     fn emit_small(&mut self, link: &mut L, header: &Repr, d: &TxDesc) -> Emit {
         let Some(Req {
             ep,
