@@ -16,7 +16,7 @@
 use super::Engine;
 use super::endpoint::Endpoints;
 use super::peer::{Peer, PeerState, eager_cost};
-use super::request::Requests;
+use super::request::{Acked, Requests};
 use super::stream::TxDesc;
 use super::types::{Completion, MsgInfo, Outcome, ReqId};
 use crate::addr::EndpointAddr;
@@ -155,29 +155,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// An eager frame of send `id` was acknowledged. A standard send whose frames are all
-    /// acknowledged completes here (its request looked up once); a synchronous or rendezvous
+    /// acknowledged completes here (its request looked at once); a synchronous or rendezvous
     /// one goes through the protocol's check (proto/).
     #[inline]
     pub(super) fn frame_acked(&mut self, id: ReqId) {
-        let Some((ep, s)) = self.reqs.send_entry(id) else {
-            return;
-        };
-        s.unacked = s.unacked.saturating_sub(1);
-        if s.sync || s.rndv || !s.queued {
-            return self.try_finish_send(id);
+        match self.reqs.frame_acked(id) {
+            Acked::Gone | Acked::Pending => {}
+            Acked::Check => self.try_finish_send(id),
+            Acked::Done { ep, buf } => {
+                self.copy.release(&buf);
+                self.stats.sends_completed += 1;
+                self.completions.push_back(Completion {
+                    req: id,
+                    ep,
+                    result: Ok(Outcome::Sent),
+                });
+            }
         }
-        if s.unacked > 0 {
-            return;
-        }
-        let buf = s.buf;
-        self.reqs.remove(id);
-        self.copy.release(&buf);
-        self.stats.sends_completed += 1;
-        self.completions.push_back(Completion {
-            req: id,
-            ep,
-            result: Ok(Outcome::Sent),
-        });
     }
 }
 

@@ -88,6 +88,18 @@ pub(super) struct Retired {
     pub(super) send: Option<(usize, u32, BufRef, bool)>,
 }
 
+/// What an acknowledged eager frame did to its send ([`Requests::frame_acked`]).
+pub(super) enum Acked {
+    /// No such send (it failed or completed meanwhile).
+    Gone,
+    /// Frames of it are still unacknowledged.
+    Pending,
+    /// A synchronous, rendezvous or not yet fully queued send: the protocol decides.
+    Check,
+    /// A standard send, all acknowledged: retired (its endpoint and buffer).
+    Done { ep: u16, buf: BufRef },
+}
+
 /// Requests by index, each slot with the generation of its latest occupant.
 #[derive(Debug, Default)]
 pub(super) struct Requests {
@@ -138,17 +150,6 @@ impl Requests {
             _ => None,
         }
     }
-    /// A send and the endpoint it was posted on.
-    #[inline]
-    pub(super) fn send_entry(&mut self, id: ReqId) -> Option<(u16, &mut SendReq)> {
-        match self.get_mut(id)? {
-            Req {
-                ep,
-                kind: ReqKind::Send(s),
-            } => Some((*ep, s)),
-            _ => None,
-        }
-    }
     pub(super) fn recv_mut(&mut self, id: ReqId) -> Option<&mut RecvReq> {
         match &mut self.get_mut(id)?.kind {
             ReqKind::Recv(r) => Some(r),
@@ -174,6 +175,39 @@ impl Requests {
         *slot = None;
         self.free.push(id.index());
         Some(r)
+    }
+
+    /// An eager frame of send `id` was acknowledged: one frame fewer unacknowledged, and a
+    /// standard send with none left is retired here (one look at its slot).
+    #[inline]
+    pub(super) fn frame_acked(&mut self, id: ReqId) -> Acked {
+        let Some((g, slot)) = self.slots.get_mut(id.index()) else {
+            return Acked::Gone;
+        };
+        let Some(Req {
+            ep,
+            kind: ReqKind::Send(s),
+        }) = slot
+        else {
+            return Acked::Gone;
+        };
+        if *g != id.generation() {
+            return Acked::Gone;
+        }
+        s.unacked = s.unacked.saturating_sub(1);
+        if s.sync || s.rndv || !s.queued {
+            return Acked::Check;
+        }
+        if s.unacked > 0 {
+            return Acked::Pending;
+        }
+        let done = Acked::Done {
+            ep: *ep,
+            buf: s.buf,
+        };
+        *slot = None;
+        self.free.push(id.index());
+        done
     }
 
     /// Frees request `id`'s slot (if it is still the slot's occupant), for a request
