@@ -373,9 +373,24 @@ impl<F: 'static> Stream<F> {
             // `unacked` holds consecutive sequence numbers: the first `n` are acknowledged.
             let n = (ack.wrapping_sub(front.seq) as usize).min(self.unacked.len());
             for d in self.unacked.range(..n) {
-                if !d.acked {
-                    sample.newly_acked(d, done);
+                if !d.acked
+                    && matches!(d.kind, Kind::Eager | Kind::Small)
+                    && let Some(id) = d.req
+                {
+                    done.push(id);
                 }
+            }
+            // The sample: frames are numbered as they are first sent, so the newest sent
+            // once among them is the last one sent once (found from the end, not kept as a
+            // running maximum over every frame).
+            if let Some(d) = self
+                .unacked
+                .range(..n)
+                .rev()
+                .find(|d| !d.acked && d.retries == 0)
+                && d.first_sent >= sample.since
+            {
+                sample.newest = Some(d.first_sent);
             }
             self.unacked.drain(..n);
         }
@@ -735,6 +750,32 @@ mod tests {
         // A second reply does not queue them twice.
         s.on_ack(4, None, Some(2), 700, 1_000_000, &mut done);
         assert_eq!(s.resend.len(), 4);
+    }
+
+    #[test]
+    fn an_ack_samples_the_newest_frame_it_acknowledges_that_went_out_once() {
+        let mut out = Take(Vec::new());
+        for (retried_last, want) in [(false, 700), (true, 800)] {
+            let mut s: Stream<()> = Stream::default();
+            for t in [100, 200, 300] {
+                s.queue(TxDesc::new(Kind::Small, 0));
+                s.transmit(&mut out, t, 1024);
+            }
+            if retried_last {
+                s.unacked[2].retries = 1;
+            }
+            let mut done = Vec::new();
+            s.on_ack(3, None, None, 1_000, 1_000_000, &mut done);
+            assert!(s.unacked.is_empty());
+            assert_eq!(s.rtt.srtt(), want, "last frame retried: {retried_last}");
+        }
+        // Nothing sent after the last timeout: no sample.
+        let mut s: Stream<()> = Stream::default();
+        s.queue(TxDesc::new(Kind::Small, 0));
+        s.transmit(&mut out, 100, 1024);
+        s.last_rto = 150;
+        s.on_ack(1, None, None, 1_000, 1_000_000, &mut Vec::new());
+        assert_eq!(s.rtt.srtt(), 0);
     }
 
     #[test]
