@@ -135,7 +135,7 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         self.bytes += src.len() as u64;
         Ok(())
     }
-    #[inline]
+    #[inline(always)]
     fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError> {
         let r = range_of(src, src_off, out.len())?;
         let Some(m) = self.mem.slice(src) else {
