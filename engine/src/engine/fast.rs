@@ -209,7 +209,7 @@ pub(super) fn queue_small<F: 'static>(peer: &mut Peer<F>, id: ReqId, msg_id: u32
 
 /// The receive at the front of endpoint `ep`'s posted queue, taken off it if it matches a
 /// message with `bits` from `rank`: its id and buffer.
-#[inline]
+#[inline(always)]
 fn take_front(
     eps: &mut Endpoints,
     reqs: &mut Requests,
