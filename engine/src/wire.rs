@@ -15,7 +15,16 @@ pub const ETHERTYPE: u16 = 0x88b5;
 /// another one fails the operations addressed to it at connect
 /// (`Error::WireVersion`). Version 2: the compact header, the checksum over the headers
 /// only unless [`FLAG_PAYLOAD_CK`]. Version 3: the compact ack ([`Kind::ShortAck`]).
-pub const VERSION: u8 = 3;
+/// Version 4: the first frame of a connection rides right behind its `Connect` (its
+/// destination connection id still 0), paid for by [`FIRST_CREDIT`].
+pub const VERSION: u8 = 4;
+
+/// Eager credit every connection starts with, known to both sides before the handshake
+/// completes: a node's grant is never less, so the first small message to a node goes right
+/// behind the `Connect` instead of a round trip later (a `ConnectAck`'s `ack` may then
+/// acknowledge it already). The largest compact message and the receiver's store overhead
+/// per message (255 + 64 bytes).
+pub const FIRST_CREDIT: u32 = 320;
 /// Ethernet II header length (no VLAN tag).
 pub const ETH_HEADER_LEN: usize = 14;
 /// tigon header length (the full form).

@@ -230,3 +230,54 @@ fn closing_an_endpoint_fails_its_sends_to_every_node_whether_queued_or_in_flight
         "the other endpoint's send"
     );
 }
+
+/// The first small message to a node rides right behind the Connect: it is delivered one
+/// way after it was sent, a round trip before the handshake's answer would let it go (and
+/// its send completes on that answer). A message too large for the first credit waits for
+/// the answer.
+#[test]
+fn the_first_small_message_to_a_node_rides_behind_the_connect() {
+    const DELAY: u64 = 200_000;
+    for (len, rides) in [(8usize, true), (200, true), (2000, false)] {
+        let mut w = World::new(
+            2,
+            Faults {
+                delay_ns: DELAY,
+                ..Faults::default()
+            },
+            11,
+            Config::default(),
+        );
+        w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+        let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+        let rb = w.mem(1).insert(vec![0; len]);
+        let r = w.nodes[1]
+            .eng
+            .irecv(0, MatchSpec::mpi(CTX, 0, 1), rb)
+            .unwrap();
+        let buf = w.mem(0).insert(pattern(0, 1, len));
+        let t0 = w.now;
+        let s = w.nodes[0]
+            .eng
+            .isend(0, b, match_bits(CTX, 1), 0, buf, SendMode::Standard)
+            .unwrap();
+        let got = w.wait(1, r, 1_000_000);
+        let delivered = w.now - t0;
+        assert!(got.result.is_ok(), "{got:?}");
+        assert_eq!(w.mem(1).get(&rb).unwrap(), &pattern(0, 1, len));
+        if rides {
+            assert!(
+                delivered < 2 * DELAY,
+                "{len} B delivered after {delivered} ns: one way is {DELAY}"
+            );
+        } else {
+            assert!(
+                delivered >= 3 * DELAY,
+                "{len} B delivered after {delivered} ns"
+            );
+        }
+        assert!(w.wait(0, s, 1_000_000).result.is_ok());
+        assert_eq!(w.nodes[0].eng.stats.retransmits, 0);
+        assert_eq!(w.nodes[1].eng.stats.drop_stale, 0);
+    }
+}

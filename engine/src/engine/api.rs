@@ -81,6 +81,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Some(p) => p,
             None => self.peer_for(dest.mac),
         };
+        // The first operation towards a node sets its connection up; its first message may
+        // ride right behind the Connect (`fast::small_send`).
+        if self.peers[p].conn.state == PeerState::Idle {
+            self.start_connect(p, now);
+        }
         let rndv_threshold = self.cfg.rndv_threshold;
         // The peer's entry borrowed once (the request slab is another field).
         let peer = &mut self.peers[p];
@@ -126,11 +131,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.peers[p].msgs.waiting.push_back(id);
                 self.flush_waiting(p);
             }
-            PeerState::Connecting => self.peers[p].msgs.waiting.push_back(id),
-            PeerState::Idle => {
-                self.peers[p].msgs.waiting.push_back(id);
-                self.start_connect(p, now);
-            }
+            PeerState::Connecting | PeerState::Idle => self.peers[p].msgs.waiting.push_back(id),
         }
         self.mark_active(p);
         Ok(id)

@@ -85,7 +85,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         use rand::Rng;
         let isn = self.rng.r#gen::<u32>();
         self.peers[p].stream.start(isn);
-        let conn = &mut self.peers[p].conn;
+        let peer = &mut self.peers[p];
+        // The first credit is known before the peer's grant (`wire::FIRST_CREDIT`); one
+        // frame may ride behind the Connect (tx.rs), and it names no connection of the peer's
+        // yet (a renewed session forgets the old one).
+        peer.credit.grant = wire::FIRST_CREDIT;
+        let conn = &mut peer.conn;
+        conn.remote = 0;
+        conn.remote_window = 1;
         conn.local = conn_id(self.session, isn);
         conn.state = PeerState::Connecting;
         conn.last_rx = now;
@@ -115,7 +122,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.conn.frag = (max_frame - wire::OVERHEAD) as u32;
         peer.conn.remote_window = c.window;
         peer.conn.last_rx = now;
-        peer.credit.grant = c.eager_credit;
+        // A peer of this version grants at least the first credit (already spent, maybe).
+        peer.credit.grant = c.eager_credit.max(wire::FIRST_CREDIT);
         self.flush_waiting(p);
         self.mark_active(p);
     }
@@ -156,12 +164,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         };
         match self.peers[p].conn.state {
-            // An answer to this Connect (it echoes where our stream starts), not to an
-            // earlier one.
-            PeerState::Connecting if r.ack != self.peers[p].stream.next_seq => {
+            // An answer to this Connect, not to an earlier one: its ack is where our stream
+            // starts, or past the frame that rode behind the Connect (random starts: an
+            // earlier connection's answer falls elsewhere).
+            PeerState::Connecting if !self.peers[p].stream.acks_within(r.ack) => {
                 self.stats.drop_stale += 1;
             }
-            PeerState::Connecting => self.accept(p, r.src_session, r.seq, c, now),
+            PeerState::Connecting => {
+                self.accept(p, r.src_session, r.seq, c, now);
+                // What the peer took of what rode along, and the credit it released.
+                self.on_ack(p, r.ack, r.credit, None, None, now);
+            }
             PeerState::Connected if self.peers[p].conn.remote_session != r.src_session => {
                 self.stats.peer_restarts += 1;
                 self.reset_peer(p, Error::PeerRestarted);

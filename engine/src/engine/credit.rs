@@ -29,7 +29,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if !self.peers[p].credit.granted {
             self.peers[p].credit.granted = true;
             let left = self.cfg.unexpected_bytes.saturating_sub(self.grants_total);
-            let g = (self.initial_grant() as u64).min(left) as u32;
+            // Never below the credit every connection starts with (a little beyond the
+            // store, if it is exhausted: at most that much per peer).
+            let g = ((self.initial_grant() as u64).min(left) as u32).max(wire::FIRST_CREDIT);
             self.peers[p].credit.given = g;
             self.grants_total += g as u64;
         }

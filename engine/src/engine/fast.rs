@@ -53,7 +53,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
         let mut peer = &mut self.peers[p];
         let conn = &mut peer.conn;
-        if conn.state != PeerState::Connected || h.tag != wire::session_tag(conn.remote, conn.local)
+        // A frame that rode behind the peer's Connect names none of our connections yet, and
+        // its ack field means nothing (the peer did not know our stream).
+        let rode = h.tag != wire::session_tag(conn.remote, conn.local);
+        if conn.state != PeerState::Connected
+            || (rode && h.tag != wire::session_tag(conn.remote, 0))
         {
             self.stats.drop_stale += 1;
             return;
@@ -63,10 +67,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let quiet = now.saturating_sub(conn.last_rx) > delay;
         // Its ack and credit (rx.rs, `on_ack`): the work only if they moved.
         conn.last_rx = now;
-        let more_credit = peer.credit.on_released(h.credit);
-        if more_credit || peer.stream.acks_new(h.ack) {
-            self.on_new_ack(p, h.ack, more_credit, None, None, now);
-            peer = &mut self.peers[p];
+        if !rode {
+            let more_credit = peer.credit.on_released(h.credit);
+            if more_credit || peer.stream.acks_new(h.ack) {
+                self.on_new_ack(p, h.ack, more_credit, None, None, now);
+                peer = &mut self.peers[p];
+            }
         }
         let fast = h.seq == peer.stream.rcv_next
             && peer.stream.reorder.is_empty()
@@ -176,11 +182,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 }
 
 /// Whether a standard send of `len` bytes to `peer` goes out now as one compact frame: the
-/// peer is connected with nothing waiting before it, and the message fits the compact
-/// header, a frame and the peer's credit (`rndv_threshold`: the eager limit).
+/// peer is connected with nothing waiting before it (or connecting, and this is its first
+/// message), and the message fits the compact header, a frame and the peer's credit
+/// (`rndv_threshold`: the eager limit).
 #[inline]
-pub(super) fn small_send<F>(peer: &Peer<F>, len: u64, rndv_threshold: usize) -> bool {
-    peer.conn.state == PeerState::Connected
+pub(super) fn small_send<F: 'static>(peer: &Peer<F>, len: u64, rndv_threshold: usize) -> bool {
+    let ready = match peer.conn.state {
+        PeerState::Connected => true,
+        // The first message to a node rides behind the Connect, on the first credit
+        // (`wire::FIRST_CREDIT`): nothing else queued or sent yet.
+        PeerState::Connecting => !peer.stream.has_new() && peer.stream.unacked.is_empty(),
+        PeerState::Idle => false,
+    };
+    ready
         && peer.msgs.waiting.is_empty()
         && small_fits(len, peer.conn.frag, rndv_threshold)
         && eager_cost(len) <= peer.credit.avail()

@@ -112,10 +112,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     return;
                 };
                 let conn = &self.peers[p].conn;
+                // A sequenced frame that rode behind the peer's Connect names none of ours yet
+                // (0), and its ack field means nothing (the peer did not know our stream).
+                let rode = r.dst_session == 0 && !short && kind.is_sequenced();
                 let same = if short {
                     r.tag == wire::session_tag(conn.remote, conn.local)
                 } else {
-                    r.src_session == conn.remote && r.dst_session == conn.local
+                    r.src_session == conn.remote && (r.dst_session == conn.local || rode)
                 };
                 if conn.state != PeerState::Connected || !same {
                     self.stats.drop_stale += 1;
@@ -144,7 +147,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     // Heard from last longer ago than an ack may wait: an ack delayed for more
                     // of its frames would most likely go alone all the same.
                     let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
-                    self.on_ack(p, r.ack, r.credit, None, None, now);
+                    if !rode {
+                        self.on_ack(p, r.ack, r.credit, None, None, now);
+                    }
                     self.on_sequenced(p, r, f, now, quiet);
                 }
             }
@@ -154,7 +159,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The ack and credit fields every frame from a connected peer carries, and an Ack
     /// frame's selective ack: retire what was acknowledged, send what the credit now allows.
     #[inline]
-    fn on_ack(
+    pub(super) fn on_ack(
         &mut self,
         p: usize,
         ack: u32,

@@ -413,6 +413,13 @@ impl<F: 'static> Stream<F> {
         }
     }
 
+    /// Whether `ack` lies between the first frame not acknowledged and the next to send:
+    /// an ack of this stream (the handshake's answer, before any ack moved it).
+    pub(super) fn acks_within(&self, ack: u32) -> bool {
+        let start = self.isn();
+        ack.wrapping_sub(start) <= self.next_seq.wrapping_sub(start)
+    }
+
     /// Whether cumulative ack `ack` acknowledges a frame not acknowledged yet.
     #[inline]
     pub(super) fn acks_new(&self, ack: u32) -> bool {

@@ -97,30 +97,35 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let state = self.peers[p].conn.state;
         let mut sent = self.transmit_handshake(link, p, now);
         if state != PeerState::Connected {
+            // The first frame of the connection rides right behind its first Connect (its
+            // window is 1 until the peer's answer): the peer takes it once the Connect has
+            // set the connection up, a round trip before the answer would let it go. Lost
+            // or ahead of the Connect, it is resent once connected.
+            // Only a message charged to the first credit rides (queued by isend while
+            // connecting): not the frames requeued from a session the peer retired.
+            let peer = &self.peers[p];
+            if state == PeerState::Connecting
+                && peer.conn.connect_tries > 0
+                && peer.credit.used > 0
+                && peer.stream.unacked.is_empty()
+                && peer.stream.has_new()
+            {
+                sent += self.transmit_stream(link, p, now, budget);
+                // Its ack waits for the handshake (the Connect may be resent meanwhile): it
+                // gives no RTT sample, as if resent (Karn).
+                let s = &mut self.peers[p].stream;
+                if !s.unacked.is_empty() {
+                    for d in s.unacked.iter_mut() {
+                        d.retries = d.retries.max(1);
+                    }
+                }
+            }
             return sent;
         }
         // A peer visited only for its ack (the common case with many peers, each sending
         // now and then) skips the stream's transmit pass and the move of the stream.
         if self.peers[p].stream.has_tx() {
-            let limit = self.cfg.window.min(self.peers[p].conn.remote_window) as usize;
-            // The stream is taken out while it drives the burst: building a frame needs the
-            // engine (the send's buffer, the copy engine, a failed send's completion), never
-            // the stream itself.
-            let header = self.header(p, Kind::Ping);
-            let mut stream = std::mem::take(&mut self.peers[p].stream);
-            let out = stream.transmit(
-                &mut Burst {
-                    engine: self,
-                    link,
-                    header,
-                    budget,
-                },
-                now,
-                limit,
-            );
-            self.peers[p].stream = stream;
-            self.stats.retransmits += out.retransmits;
-            sent += out.frames;
+            sent += self.transmit_stream(link, p, now, budget);
         }
         // The retransmit timer's probe, behind everything sent so far.
         if self.peers[p].stream.probe && self.tx.len() < budget {
@@ -177,6 +182,29 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         }
         sent
+    }
+
+    /// The stream's (re)transmissions to peer `p`, within its window.
+    fn transmit_stream(&mut self, link: &mut L, p: usize, now: u64, budget: usize) -> usize {
+        let limit = self.cfg.window.min(self.peers[p].conn.remote_window) as usize;
+        // The stream is taken out while it drives the burst: building a frame needs the
+        // engine (the send's buffer, the copy engine, a failed send's completion), never
+        // the stream itself.
+        let header = self.header(p, Kind::Ping);
+        let mut stream = std::mem::take(&mut self.peers[p].stream);
+        let out = stream.transmit(
+            &mut Burst {
+                engine: self,
+                link,
+                header,
+                budget,
+            },
+            now,
+            limit,
+        );
+        self.peers[p].stream = stream;
+        self.stats.retransmits += out.retransmits;
+        out.frames
     }
 
     /// Connect (resent with backoff while connecting) and ConnectAck (once owed).
