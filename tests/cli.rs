@@ -180,6 +180,14 @@ fn agent_options_are_checked_before_dpdk() {
             &["--ip", "10.1.0.5/24"][..],
             &["--ip applies to --wire udp only"][..],
         ),
+        (
+            &["--rx-queues", "2"][..],
+            &["--rx-queues 2", "--wire udp"][..],
+        ),
+        (
+            &["--wire", "udp", "--ip", "10.1.0.5/24", "--rx-queues", "17"][..],
+            &["--rx-queues 17"][..],
+        ),
     ] {
         assert_refused(&[&["agent"][..], args, &port].concat(), words);
     }

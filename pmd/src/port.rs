@@ -33,6 +33,11 @@ pub struct PortConfig {
     pub promiscuous: bool,
     /// Enable IPv4 header and UDP checksum offloads the driver reports (for `--wire udp`).
     pub ip_udp_checksum_offload: bool,
+    /// Spread received UDP/IPv4 frames over the receive queues by RSS (the hash covers the UDP
+    /// source port, which the sender varies per endpoint pair). Only where the driver reports
+    /// the capability; otherwise the port falls back to one receive queue, as all frames
+    /// would land on it anyway (see [`Port::rss`]).
+    pub rss_udp: bool,
 }
 
 impl Default for PortConfig {
@@ -45,6 +50,7 @@ impl Default for PortConfig {
             mtu: None,
             promiscuous: true,
             ip_udp_checksum_offload: false,
+            rss_udp: false,
         }
     }
 }
@@ -95,6 +101,8 @@ pub struct Port {
     lin_warned: bool,
     /// The transmit offloads configured (DPDK's RTE_ETH_TX_OFFLOAD_* bits).
     tx_offloads: u64,
+    /// The RSS hash functions configured (DPDK's RTE_ETH_RSS_* bits; 0: no RSS).
+    rss_hf: u64,
     _pool: Mempool,
     _eal: Eal,
 }
@@ -202,6 +210,7 @@ impl Port {
             linearize: None,
             lin_warned: false,
             tx_offloads: 0,
+            rss_hf: 0,
             _pool: rx_pool.clone(),
             _eal: eal.clone(),
         };
@@ -235,9 +244,11 @@ impl Port {
     fn configure(&mut self, pool: &Mempool, cfg: &PortConfig) -> Result<()> {
         let info = self.info()?;
         self.device = info.device;
-        if cfg.rx_queues == 0
+        let mut conf = sys::rte_eth_conf::default();
+        let rx_queues = self.rss_setup(&mut conf, &info, cfg);
+        if rx_queues == 0
             || cfg.tx_queues == 0
-            || cfg.rx_queues > info.max_rx_queues
+            || rx_queues > info.max_rx_queues
             || cfg.tx_queues > info.max_tx_queues
         {
             return Err(Error::InvalidArgument(format!(
@@ -245,7 +256,6 @@ impl Port {
                 self.name, cfg.rx_queues, cfg.tx_queues, info.max_rx_queues, info.max_tx_queues
             )));
         }
-        let mut conf = sys::rte_eth_conf::default();
         let scatter = sys::TIGON_ETH_RX_OFFLOAD_SCATTER;
         let multi = sys::TIGON_ETH_TX_OFFLOAD_MULTI_SEGS;
         conf.rxmode.offloads = info.rx_offload_capa & scatter;
@@ -256,8 +266,7 @@ impl Port {
         }
         self.tx_offloads = conf.txmode.offloads;
         // SAFETY: valid port, conf fully initialised.
-        let ret =
-            unsafe { sys::rte_eth_dev_configure(self.id, cfg.rx_queues, cfg.tx_queues, &conf) };
+        let ret = unsafe { sys::rte_eth_dev_configure(self.id, rx_queues, cfg.tx_queues, &conf) };
         if ret != 0 {
             return Err(Error::dpdk(format!("port {}: configure", self.name), ret));
         }
@@ -277,7 +286,7 @@ impl Port {
         // SAFETY: EAL initialised.
         let socket = unsafe { sys::rte_eth_dev_socket_id(self.id) };
         let socket = if socket < 0 { 0 } else { socket as u32 };
-        for q in 0..cfg.rx_queues {
+        for q in 0..rx_queues {
             // SAFETY: valid port and queue index; the pool outlives the port (we hold it).
             let ret = unsafe {
                 sys::rte_eth_rx_queue_setup(
@@ -328,9 +337,45 @@ impl Port {
         if ret != 0 {
             return Err(Error::dpdk(format!("port {}: start", self.name), ret));
         }
-        self.rx_queues = cfg.rx_queues;
+        self.rx_queues = rx_queues;
         self.tx_queues = cfg.tx_queues;
         Ok(())
+    }
+
+    /// Sets RSS over UDP/IPv4 in `conf` when asked for, with several receive queues, and the
+    /// driver offers it; returns the receive queues to configure. A driver without RSS would
+    /// put every frame on queue 0, so it gets one queue, whatever was asked.
+    fn rss_setup(
+        &mut self,
+        conf: &mut sys::rte_eth_conf,
+        info: &sys::rte_eth_dev_info,
+        cfg: &PortConfig,
+    ) -> u16 {
+        self.rss_hf = 0;
+        if !cfg.rss_udp || cfg.rx_queues < 2 {
+            return cfg.rx_queues;
+        }
+        // With RSS asked for, `rx_queues` is an upper bound: as many as the driver has.
+        let queues = cfg.rx_queues.min(info.max_rx_queues);
+        let udp = sys::TIGON_ETH_RSS_NONFRAG_IPV4_UDP;
+        if queues < 2 || info.flow_type_rss_offloads & udp == 0 {
+            return 1;
+        }
+        // Hash on the source port alone where the driver can (one flow per endpoint pair,
+        // whatever the addresses); else on the 4-tuple, which includes it.
+        let src_only = sys::TIGON_ETH_RSS_L4_SRC_ONLY;
+        let hf = udp | (info.flow_type_rss_offloads & src_only);
+        conf.rxmode.mq_mode = sys::RTE_ETH_MQ_RX_RSS;
+        // A null key: the driver's default key.
+        conf.rx_adv_conf.rss_conf.rss_key = std::ptr::null_mut();
+        conf.rx_adv_conf.rss_conf.rss_hf = hf;
+        self.rss_hf = hf;
+        queues
+    }
+
+    /// The RSS hash functions in use (DPDK's RTE_ETH_RSS_* bits), 0 without RSS.
+    pub fn rss(&self) -> u64 {
+        self.rss_hf
     }
 
     /// DPDK's port id.

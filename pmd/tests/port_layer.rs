@@ -326,3 +326,47 @@ fn header_mbuf_chained_to_an_external_payload() {
     assert_eq!(Arc::strong_count(&mem), 1);
     assert_eq!(p.in_use(), 0);
 }
+
+#[test]
+fn rss_over_udp_where_the_driver_offers_it_one_queue_where_not() {
+    let eal = eal();
+    let p = pool("rss_rx", 2047);
+    let rss = PortConfig {
+        rx_queues: 4,
+        rss_udp: true,
+        ..Default::default()
+    };
+    // net_null reports RSS hash functions (its flow_type_rss_offloads): four queues, RSS on.
+    let mut null = Port::open(&eal, "net_null7", &p, &rss).expect("net_null with 4 rx queues");
+    assert_eq!(null.rx_queues(), 4);
+    assert_ne!(null.rss(), 0, "net_null offers RSS over UDP/IPv4");
+    for q in 0..4 {
+        let mut rx = Vec::new();
+        assert!(null.rx_burst(q, &mut rx, 4) > 0, "queue {q} is polled");
+    }
+    // Without RSS asked for, the queues asked for are plain queues, and more than the driver
+    // has is an error, not a silent cut.
+    let plain = PortConfig {
+        rss_udp: false,
+        ..rss.clone()
+    };
+    let null2 = Port::open(&eal, "net_null8", &p, &plain).expect("net_null");
+    assert_eq!((null2.rx_queues(), null2.rss()), (4, 0));
+    let too_many = PortConfig {
+        rx_queues: u16::MAX,
+        ..plain.clone()
+    };
+    assert!(Port::open(&eal, "net_null9", &p, &too_many).is_err());
+    // memif offers no RSS: one queue, whatever was asked (with RSS, queues are an upper bound).
+    let sock = format!("/tmp/tigon-rss-{}.sock", std::process::id());
+    let memif = Port::open(
+        &eal,
+        &format!("net_memif7,role=server,socket={sock}"),
+        &p,
+        &rss,
+    )
+    .expect("memif");
+    assert_eq!((memif.rx_queues(), memif.rss()), (1, 0));
+    drop(memif);
+    let _ = std::fs::remove_file(&sock);
+}

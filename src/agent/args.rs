@@ -96,6 +96,13 @@ pub struct AgentArgs {
     /// firewalls and security groups) [default: 7470].
     #[arg(long)]
     pub udp_port: Option<u16>,
+    /// With `--wire udp`: receive queues on the port, 1 to 16, spread by RSS over UDP/IPv4
+    /// (the hash covers the UDP source port, which senders vary per endpoint pair, so each
+    /// pair stays on one queue, in order); the engine polls them all. Where the driver offers
+    /// no RSS the port gets one queue, and `tigon stats` says so [default: 4 with --wire udp,
+    /// 1 with --wire ether].
+    #[arg(long)]
+    pub rx_queues: Option<u16>,
     /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1) [default: off].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_huge: Option<bool>,
@@ -192,6 +199,8 @@ pub struct Settings {
     pub engine: Config,
     /// `--wire udp`: the agent's place on the IP network (None: raw Ethernet).
     pub udp: Option<UdpConfig>,
+    /// Receive queues asked of the port (RSS over UDP/IPv4 when more than one).
+    pub rx_queues: u16,
     /// Of every client's channel.
     pub geometry: Geometry,
     /// Payloads the dmadev copies (if there is one) are at least this long.
@@ -291,6 +300,12 @@ fn bad<T>(opt: &str, value: impl std::fmt::Display, allowed: &str) -> Result<T, 
         "--{opt} {value}: {allowed} (on the command line, or \"{opt}\" in the --config file)"
     ))
 }
+
+/// Receive queues with `--wire udp` when not given: enough for RSS to spread the flows of a
+/// node's ranks where the driver offers it.
+const DEFAULT_UDP_RX_QUEUES: u16 = 4;
+/// The most receive queues one engine polls.
+const MAX_RX_QUEUES: u16 = 16;
 
 /// `value` if it lies in `lo..=hi`, else the error naming both.
 fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
@@ -464,6 +479,20 @@ impl AgentArgs {
             cfg.max_frame -= tigon_engine::net::UDP_OVERHEAD;
         }
         cfg.validate()?;
+        let rx_queues = match (a.rx_queues, udp.is_some()) {
+            (None, true) => DEFAULT_UDP_RX_QUEUES,
+            (None, false) => 1,
+            (Some(n), true) => in_range("rx-queues", n, 1, MAX_RX_QUEUES, "")?,
+            (Some(1), false) => 1,
+            (Some(n), false) => {
+                return bad(
+                    "rx-queues",
+                    n,
+                    "several receive queues need --wire udp (RSS spreads UDP/IPv4 by its \
+                     source port; raw Ethernet frames would all land on one queue): use 1",
+                );
+            }
+        };
         let idle_spin = in_range(
             "idle-spin-us",
             a.idle_spin_us.unwrap_or(0),
@@ -520,6 +549,7 @@ impl AgentArgs {
             no_huge,
             engine: cfg,
             udp,
+            rx_queues,
             geometry,
             dma_threshold,
             idle_spin: Duration::from_micros(idle_spin),

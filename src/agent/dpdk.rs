@@ -70,9 +70,22 @@ fn open_node(eal: &Eal, i: usize, a: &AgentArgs, s: &Settings) -> Result<NodePla
             }
             None => None,
         };
-        open_port(eal, &rx_pool, &s.devargs, s.mtu, s.udp.is_some())?
+        open_port(eal, &rx_pool, s)?
     };
     let (ip_offload, udp_offload) = port.checksum_offloads();
+    if s.rx_queues > 1 {
+        match port.rss() {
+            0 => log::info!(
+                "--rx-queues {}: the driver of {} offers no RSS over UDP/IPv4: one receive queue",
+                s.rx_queues,
+                port.name()
+            ),
+            hf => log::info!(
+                "RSS over UDP/IPv4 on {} receive queues (hash functions {hf:#x})",
+                port.rx_queues()
+            ),
+        }
+    }
     let mac = MacAddr(port.mac().map_err(|e| e.to_string())?);
     let dma = match &a.dma {
         Some(d) => Some(DmaDev::open(eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
@@ -144,13 +157,8 @@ fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
 }
 
 /// The port `devargs` names, receiving into `rx_pool`, at `mtu`.
-fn open_port(
-    eal: &Eal,
-    rx_pool: &Mempool,
-    devargs: &str,
-    mtu: u16,
-    udp: bool,
-) -> Result<Port, String> {
+fn open_port(eal: &Eal, rx_pool: &Mempool, s: &Settings) -> Result<Port, String> {
+    let (devargs, mtu, udp) = (&s.devargs, s.mtu, s.udp.is_some());
     let port_args = port_devargs(devargs, mtu)?;
     Port::open(
         eal,
@@ -159,6 +167,8 @@ fn open_port(
         &PortConfig {
             mtu: (!mtu_from_devargs(devargs)).then_some(mtu),
             ip_udp_checksum_offload: udp,
+            rx_queues: s.rx_queues,
+            rss_udp: udp,
             ..PortConfig::default()
         },
     )

@@ -46,6 +46,10 @@ impl AsMut<[u8]> for TxFrame {
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct LinkStats {
+    /// Receive queues the engine polls (more than one: RSS over UDP/IPv4).
+    pub rx_queues: u16,
+    /// The RSS hash functions in use (DPDK's RTE_ETH_RSS_* bits; 0: no RSS).
+    pub rss_hf: u64,
     pub loopback_frames: u64,
     pub rx_chained: u64,
     pub tx_alloc_failures: u64,
@@ -100,6 +104,11 @@ pub struct PortLink {
 
 impl PortLink {
     pub fn new(port: Port, tx_pool: Mempool, mac: MacAddr, max_frame: usize) -> Self {
+        let stats = LinkStats {
+            rx_queues: port.rx_queues(),
+            rss_hf: port.rss(),
+            ..LinkStats::default()
+        };
         PortLink {
             port,
             pool: tx_pool,
@@ -109,7 +118,7 @@ impl PortLink {
             rx: Vec::new(),
             tx: Vec::new(),
             udp: None,
-            stats: LinkStats::default(),
+            stats,
         }
     }
 
@@ -312,7 +321,11 @@ impl Link for PortLink {
                 None => break,
             }
         }
-        self.port.rx_burst(0, &mut self.rx, max);
+        // Every receive queue (RSS spreads UDP flows over them; each endpoint pair's frames
+        // stay on one queue), each up to `max`, so none starves.
+        for q in 0..self.port.rx_queues() {
+            self.port.rx_burst(q, &mut self.rx, max);
+        }
         let mut rx = std::mem::take(&mut self.rx);
         for m in rx.drain(..) {
             if m.nb_segs() != 1 {
