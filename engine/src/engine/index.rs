@@ -49,6 +49,26 @@ impl PeerIndex {
         }
     }
 
+    /// The slot the lookup of `mac` would look at first (it is that peer's unless an earlier
+    /// address took its bucket; not checked: the peer is not read), for reading ahead.
+    #[inline]
+    pub(super) fn first(&self, mac: MacAddr) -> Option<usize> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let s = self.buckets[bucket(mac, self.buckets.len() - 1)];
+        (s != EMPTY).then_some(s as usize)
+    }
+
+    /// Asks the processor for the bucket the lookup of `mac` starts at (see
+    /// `tigon_shm::mem::prefetch`).
+    #[inline]
+    pub(super) fn prefetch(&self, mac: MacAddr) {
+        if !self.buckets.is_empty() {
+            tigon_shm::mem::prefetch(&self.buckets[bucket(mac, self.buckets.len() - 1)]);
+        }
+    }
+
     /// Records `slot` as the peer with address `mac` (not in the index yet).
     pub(super) fn insert(&mut self, mac: MacAddr, slot: usize, mac_of: impl Fn(usize) -> MacAddr) {
         if (self.len + 1) * 2 > self.buckets.len() {

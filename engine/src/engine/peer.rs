@@ -197,22 +197,6 @@ impl<F: 'static> Peer<F> {
         }
     }
 
-    /// Reads fields a received frame's handling reads, spread over the peer's cache lines
-    /// (see `Engine::warm`): the connection, the credit, the stream's receive and transmit
-    /// state, the message arriving.
-    #[inline]
-    pub(super) fn warm(&self) {
-        std::hint::black_box((
-            self.conn.state,
-            self.credit.released_seen,
-            self.stream.rcv_next,
-            self.stream.ack_due,
-            self.stream.unacked.is_empty(),
-            self.stream.reorder.is_empty(),
-            self.msgs.in_eager.is_some(),
-        ));
-    }
-
     /// Whether anything of this peer is timed: a connect in progress, frames to send or
     /// unacknowledged, an ack owed, operations waiting on it.
     #[inline]

@@ -1,0 +1,92 @@
+//! Hints about memory the engine's large tables live in: to the processor (load these cache
+//! lines now, they are read soon) and to the kernel (back this table with huge pages). Neither
+//! changes what memory holds; a table of 65,536 peers (16 MB, read at random, one peer per
+//! message) is where they pay: each message's peer is a cache miss and, on 4 KiB pages, a
+//! TLB miss too.
+
+/// Bytes of a cache line on the processors tigon runs on.
+const LINE: usize = 64;
+
+/// Asks the processor to bring every cache line of `*r` into its caches, without waiting for
+/// them: many such requests overlap (a load would hold the loop until its line arrived).
+#[inline(always)]
+pub fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = r as *const T as *const i8;
+        let mut off = 0;
+        while off < size_of::<T>() {
+            // SAFETY: a prefetch is a hint: it reads nothing into the program, never faults
+            // and changes no memory; the addresses lie within the live object `r`. The
+            // intrinsic is `unsafe` only for its target feature (SSE, part of x86_64).
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    p.wrapping_add(off),
+                )
+            };
+            off += LINE;
+        }
+        // The object's last byte: an object not aligned to a line ends in one more.
+        if size_of::<T>() > 0 {
+            // SAFETY: as above; the last byte of `r`.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    p.wrapping_add(size_of::<T>() - 1),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
+/// Tables smaller than this gain nothing from huge pages (2 MiB on x86_64).
+pub const HUGE_MIN: usize = 2 << 20;
+
+/// Asks the kernel to back the buffer of `v` (its whole capacity) with transparent huge
+/// pages, where the system allows them on request (`transparent_hugepage` set to `madvise`
+/// or `always`): a table read at random then costs a TLB entry per 2 MiB instead of per
+/// 4 KiB. Buffers under [`HUGE_MIN`] are left alone. Advice only: the contents stay as they
+/// are, and a refusal (no THP in this kernel) changes nothing but the speed.
+pub fn advise_huge<T>(v: &Vec<T>) {
+    let bytes = v.capacity() * size_of::<T>();
+    if bytes < HUGE_MIN {
+        return;
+    }
+    let page = 4096;
+    let start = (v.as_ptr() as usize).next_multiple_of(page);
+    let end = (v.as_ptr() as usize + bytes) & !(page - 1);
+    if end <= start {
+        return;
+    }
+    // SAFETY: `[start, end)` is page-aligned and lies within the live allocation of `v`;
+    // MADV_HUGEPAGE only marks the range as eligible for huge pages: it neither moves nor
+    // changes the memory (the kernel may collapse its pages later, contents kept).
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_leave_the_contents_as_they_are() {
+        let mut v: Vec<[u64; 31]> = Vec::with_capacity(70_000);
+        advise_huge(&v);
+        for i in 0..70_000u64 {
+            v.push([i; 31]);
+        }
+        advise_huge(&v);
+        for x in &v {
+            prefetch(x);
+        }
+        prefetch(&());
+        assert!(
+            v.iter()
+                .enumerate()
+                .all(|(i, x)| x.iter().all(|&w| w == i as u64))
+        );
+    }
+}
