@@ -47,6 +47,22 @@ pub trait CopyEngine<F> {
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError>;
     /// Synchronously reads from `src` at `src_off` into `out` (building transmit frames).
     fn read(&mut self, src: &BufRef, src_off: u64, out: &mut [u8]) -> Result<(), CopyError>;
+    /// Reads consecutive bytes of `src` from `src_off` into each of `outs` in turn (the
+    /// payloads of a burst's frames of one message): where a read has a fixed cost per call
+    /// (a system call into another process), one call for all of them.
+    fn read_vectored(
+        &mut self,
+        src: &BufRef,
+        src_off: u64,
+        outs: &mut [&mut [u8]],
+    ) -> Result<(), CopyError> {
+        let mut off = src_off;
+        for out in outs.iter_mut() {
+            self.read(src, off, out)?;
+            off += out.len() as u64;
+        }
+        Ok(())
+    }
     /// Appends the outcome of each queued copy finished since the last call, in submission
     /// order (a failure fails only the receive that copy belonged to).
     fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>);

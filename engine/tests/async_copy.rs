@@ -261,3 +261,139 @@ fn a_failed_copy_fails_only_its_receive_and_the_sender_still_completes() {
         "senders complete: {got_a:?}"
     );
 }
+
+/// Reads of send buffers, counted: how many calls, how many frames' payloads; reads of the
+/// buffer `bad` fail.
+struct CountingReads {
+    inner: CpuCopy<HeapMemory>,
+    bad: u64,
+    vectored_calls: u64,
+    vectored_frames: u64,
+}
+
+impl CopyEngine<Vec<u8>> for CountingReads {
+    fn copy_from_frame(
+        &mut self,
+        frame: Vec<u8>,
+        range: Range<usize>,
+        dst: &BufRef,
+        off: u64,
+    ) -> Result<bool, CopyError> {
+        self.inner.copy_from_frame(frame, range, dst, off)
+    }
+    fn write(&mut self, dst: &BufRef, off: u64, src: &[u8]) -> Result<(), CopyError> {
+        CopyEngine::<Vec<u8>>::write(&mut self.inner, dst, off, src)
+    }
+    fn read(&mut self, src: &BufRef, off: u64, out: &mut [u8]) -> Result<(), CopyError> {
+        if src.region == self.bad {
+            return Err(CopyError("send buffer gone".into()));
+        }
+        CopyEngine::<Vec<u8>>::read(&mut self.inner, src, off, out)
+    }
+    fn read_vectored(
+        &mut self,
+        src: &BufRef,
+        off: u64,
+        outs: &mut [&mut [u8]],
+    ) -> Result<(), CopyError> {
+        self.vectored_calls += 1;
+        self.vectored_frames += outs.len() as u64;
+        if src.region == self.bad {
+            return Err(CopyError("send buffer gone".into()));
+        }
+        CopyEngine::<Vec<u8>>::read_vectored(&mut self.inner, src, off, outs)
+    }
+    fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>) {
+        CopyEngine::<Vec<u8>>::poll_completed(&mut self.inner, done)
+    }
+}
+
+/// Rendezvous data is read for a whole burst of frames at once (one `read_vectored` per run
+/// of a message's frames), with the right bytes; a send whose buffer cannot be read fails
+/// with the copy error and takes nothing else down, its frames never sent with stale bytes.
+#[test]
+fn rendezvous_frames_are_read_per_burst_and_a_failed_read_fails_only_its_send() {
+    let net = SimNet::new(Faults::default(), 3);
+    let mut pa = net.port(common::mac(0), 9014);
+    let mut pb = net.port(common::mac(1), 9014);
+    // No payload checksum: the frames' payloads may be read after their headers are built.
+    let cfg = Config {
+        payload_checksum: Some(false),
+        ..Config::default()
+    };
+    let reads = CountingReads {
+        inner: CpuCopy::new(HeapMemory::default()),
+        bad: u64::MAX,
+        vectored_calls: 0,
+        vectored_frames: 0,
+    };
+    let mut a: Engine<SimPort, CountingReads> =
+        Engine::new(cfg.clone(), common::mac(0), 9014, reads).unwrap();
+    let mut b: Engine<SimPort, CpuCopy<HeapMemory>> = Engine::new(
+        cfg,
+        common::mac(1),
+        9014,
+        CpuCopy::new(HeapMemory::default()),
+    )
+    .unwrap();
+    a.open_endpoint(Some(0)).unwrap();
+    let bb = b.open_endpoint(Some(0)).unwrap();
+    const N: usize = 1 << 20;
+    let mut recvs = Vec::new();
+    for tag in [1, 2] {
+        let buf = b.copy_engine_mut().mem.insert(vec![0; N]);
+        recvs.push((b.irecv(0, MatchSpec::mpi(1, 0, tag), buf).unwrap(), buf));
+    }
+    let good = a.copy_engine_mut().inner.mem.insert(pattern(0, 1, N));
+    let bad = a.copy_engine_mut().inner.mem.insert(pattern(0, 2, N));
+    let s_good = a
+        .isend(0, bb, match_bits(1, 1), 0, good, SendMode::Standard)
+        .unwrap();
+    let s_bad = a
+        .isend(0, bb, match_bits(1, 2), 0, bad, SendMode::Standard)
+        .unwrap();
+    // The RTS carries no payload: the bad buffer fails once its data is pulled.
+    a.copy_engine_mut().bad = bad.region;
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let mut now = 1;
+    while got_a.len() < 2 || !got_b.iter().any(|c: &Completion| c.req == recvs[0].0) {
+        now += 1_000;
+        net.set_time(now);
+        a.poll(&mut pa, now);
+        b.poll(&mut pb, now);
+        while let Some(c) = a.pop_completion() {
+            got_a.push(c);
+        }
+        while let Some(c) = b.pop_completion() {
+            got_b.push(c);
+        }
+        assert!(now < 10_000_000_000, "stuck: {got_a:?} {got_b:?}");
+    }
+    let ok = got_a.iter().find(|c| c.req == s_good).unwrap();
+    assert!(ok.result.is_ok(), "{ok:?}");
+    let failed = got_a.iter().find(|c| c.req == s_bad).unwrap();
+    assert!(matches!(failed.result, Err(Error::Copy(_))), "{failed:?}");
+    let r = got_b.iter().find(|c| c.req == recvs[0].0).unwrap();
+    assert!(r.result.is_ok(), "{r:?}");
+    assert!(b.copy_engine().mem.get(&recvs[0].1).unwrap() == &pattern(0, 1, N));
+    // Nothing of the bad buffer reached the receiver as data.
+    assert!(
+        b.copy_engine()
+            .mem
+            .get(&recvs[1].1)
+            .unwrap()
+            .iter()
+            .all(|&x| x == 0)
+    );
+    let c = a.copy_engine();
+    assert!(
+        c.vectored_frames >= 2 * c.vectored_calls,
+        "several frames per read: {} frames in {} calls",
+        c.vectored_frames,
+        c.vectored_calls
+    );
+    assert!(
+        c.vectored_frames * 8900 >= N as u64,
+        "every frame of the good message"
+    );
+}

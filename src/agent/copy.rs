@@ -2,7 +2,8 @@
 //! (when given) for payloads of at least `dma_threshold` bytes into channel buffers; and, for
 //! large messages, the rank's own memory through `process_vm_writev` / `process_vm_readv`,
 //! batched: received frames for a rank are written by one vectored call per poll (or per
-//! 256 frames), and a send buffer is read 256 KiB at a time. Queued copies of every kind
+//! 256 frames), and a burst's frames of a send buffer are read by one vectored call
+//! (`read_vectored`; short reads go through a 256 KiB read-ahead). Queued copies of every kind
 //! complete in submission order, each with its own outcome.
 
 use super::link::RxFrame;
@@ -284,6 +285,34 @@ impl CopyEngine<RxFrame> for AgentCopy {
         self.bytes.cpu += out.len() as u64;
         self.read_cache = Some(c);
         Ok(())
+    }
+
+    fn read_vectored(
+        &mut self,
+        src: &BufRef,
+        off: u64,
+        outs: &mut [&mut [u8]],
+    ) -> Result<(), CopyError> {
+        let total: usize = outs.iter().map(|o| o.len()).sum();
+        match self.clients.resolve(src, off, total)? {
+            // A rank's send buffer: one system call for the burst's frames of it.
+            Target::Direct(pid, addr) => {
+                tigon_shm::remote::read_vectored(pid, addr, outs)
+                    .map_err(|e| CopyError(format!("reading the client's buffer: {e}")))?;
+                self.bytes.direct += total as u64;
+                Ok(())
+            }
+            Target::Channel(m, mut at) => {
+                for out in outs.iter_mut() {
+                    m.region
+                        .read(at, out)
+                        .map_err(|e| CopyError(e.to_string()))?;
+                    at += out.len();
+                }
+                self.bytes.cpu += total as u64;
+                Ok(())
+            }
+        }
     }
 
     fn release(&mut self, buf: &BufRef) {

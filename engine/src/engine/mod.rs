@@ -98,6 +98,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     completions: VecDeque<Completion>,
     rx: Vec<L::Frame>,
     tx: Vec<L::TxBuf>,
+    /// Payloads of frames in `tx` still to be read (rendezvous data, read for the whole burst
+    /// at once just before it goes: see `tx.rs`).
+    reads: Vec<tx::PendingRead>,
     resets: Vec<Repr>,
     /// The eager sends whose frames the ack being handled acknowledged, once per frame (kept
     /// to reuse its buffer).
@@ -155,6 +158,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             completions: VecDeque::new(),
             rx: Vec::new(),
             tx: Vec::new(),
+            reads: Vec::new(),
             resets: Vec::new(),
             acked: Vec::new(),
             rng,

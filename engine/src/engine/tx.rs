@@ -5,10 +5,25 @@ use super::Engine;
 use super::peer::PeerState;
 use super::request::{Req, ReqKind};
 use super::stream::{Emit, FrameSource, TxDesc};
-use super::types::Error;
-use crate::copy::CopyEngine;
+use super::types::{Error, ReqId};
+use crate::copy::{BufRef, CopyEngine};
 use crate::link::Link;
 use crate::wire::{self, ConnectRepr, Frame, Kind, Repr};
+
+/// A rendezvous frame in the burst whose payload is still to be read: the frames of one
+/// message are read together just before the burst goes (`read_payloads`), one call for
+/// many frames where the copy engine has a cost per call (`process_vm_readv` of a rank's
+/// send buffer: one call per 9 KB frame moved under 4 GB/s here, per 8 frames over 10).
+pub(super) struct PendingRead {
+    /// Index of the frame in `Engine::tx`.
+    frame: usize,
+    /// The payload's place in the frame.
+    at: usize,
+    len: usize,
+    src: BufRef,
+    off: u64,
+    req: ReqId,
+}
 
 /// The frame source for one peer's stream: builds its descriptors into the burst, under
 /// the header that every frame to the peer shares.
@@ -65,6 +80,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.mark_active(p);
             }
             self.settle(p, now);
+        }
+        if !self.reads.is_empty() {
+            self.read_payloads();
         }
         if !self.tx.is_empty() {
             let before = self.tx.len();
@@ -313,7 +331,21 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         let b = buf.as_mut();
         h.emit(b);
-        if let Some(sb) = src
+        // Rendezvous data is read with the rest of the burst, unless the checksum must cover
+        // it (it is filled here, over what is read).
+        if let (Some(sb), Some(req)) = (src, d.req)
+            && d.kind == Kind::PullData
+            && !self.payload_ck
+        {
+            self.reads.push(PendingRead {
+                frame: self.tx.len(),
+                at: head,
+                len: len - head,
+                src: sb,
+                off: d.offset,
+                req,
+            });
+        } else if let Some(sb) = src
             && let Err(e) = self.copy.read(&sb, d.offset, &mut b[head..len])
         {
             if let Some(id) = d.req {
@@ -325,6 +357,58 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.stats.tx_bytes += len as u64;
         self.tx.push(buf);
         Emit::Sent
+    }
+
+    /// Reads the payloads of the burst's rendezvous frames: each run of frames that continue
+    /// one another in the same buffer with one `read_vectored`. A run that fails fails its
+    /// send, and its frames are taken out of the burst (the stream resends their sequence
+    /// numbers as no-op frames, as for any send that failed with frames out).
+    fn read_payloads(&mut self) {
+        let reads = std::mem::take(&mut self.reads);
+        let mut failed: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < reads.len() {
+            let first = &reads[i];
+            let mut j = i + 1;
+            let mut end = first.off + first.len as u64;
+            while j < reads.len()
+                && reads[j].req == first.req
+                && reads[j].src == first.src
+                && reads[j].off == end
+            {
+                end += reads[j].len as u64;
+                j += 1;
+            }
+            let run = &reads[i..j];
+            // The run's frames, in order (their indices increase): disjoint borrows of `tx`.
+            let mut outs: smallvec::SmallVec<[&mut [u8]; 32]> = smallvec::SmallVec::new();
+            let mut next = run.iter().peekable();
+            for (k, buf) in self.tx.iter_mut().enumerate() {
+                let Some(r) = next.peek() else { break };
+                if r.frame == k {
+                    outs.push(&mut buf.as_mut()[r.at..r.at + r.len]);
+                    next.next();
+                }
+            }
+            if let Err(e) = self.copy.read_vectored(&first.src, first.off, &mut outs) {
+                failed.extend(run.iter().map(|r| r.frame));
+                let req = first.req;
+                drop(outs);
+                self.finish(req, Err(Error::Copy(e.0)));
+            }
+            i = j;
+        }
+        if !failed.is_empty() {
+            let mut k = 0;
+            self.tx.retain(|_| {
+                k += 1;
+                !failed.contains(&(k - 1))
+            });
+        }
+        // Keep the allocation for the next burst.
+        let mut reads = reads;
+        reads.clear();
+        self.reads = reads;
     }
 
     /// A small message's first transmission: the compact header written straight from the

@@ -114,6 +114,62 @@ pub fn write_vectored(pid: i32, pieces: &[(&[u8], u64)]) -> io::Result<()> {
     Ok(())
 }
 
+/// Reads consecutive bytes of process `pid` from `addr` into each of `outs` in turn: one
+/// `process_vm_readv` for up to 1,024 of them (the call's fixed cost, finding the process and
+/// checking access, is paid once, not per piece).
+pub fn read_vectored(pid: i32, addr: u64, outs: &mut [&mut [u8]]) -> io::Result<()> {
+    const IOV_MAX: usize = 1024;
+    let mut at = addr;
+    for chunk in outs.chunks_mut(IOV_MAX) {
+        let mut local: smallvec::SmallVec<[libc::iovec; 32]> = chunk
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let want: usize = chunk.iter().map(|b| b.len()).sum();
+        let remote = libc::iovec {
+            iov_base: at as usize as *mut libc::c_void,
+            iov_len: want,
+        };
+        // SAFETY: `local` describes slices we hold mutably (the kernel writes only there, at
+        // most `want` bytes); `remote` is an address range of the other process, checked by
+        // the kernel (EFAULT if invalid).
+        let n = unsafe {
+            libc::process_vm_readv(
+                pid,
+                local.as_mut_ptr(),
+                local.len() as libc::c_ulong,
+                &remote,
+                1,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n as usize != want {
+            // A partial transfer (a page that went away): the rest piece by piece, which
+            // reports the error or finishes.
+            let mut done = n as usize;
+            let mut piece_at = at;
+            for b in chunk.iter_mut() {
+                if done >= b.len() {
+                    done -= b.len();
+                    piece_at += b.len() as u64;
+                    continue;
+                }
+                read(pid, piece_at + done as u64, &mut b[done..])?;
+                piece_at += b.len() as u64;
+                done = 0;
+            }
+        }
+        at += want as u64;
+    }
+    Ok(())
+}
+
 /// Lets process `pid` (the agent) read and write this process's memory under Yama's
 /// restricted ptrace scope.
 pub fn allow_ptracer(pid: i32) -> io::Result<()> {
@@ -137,6 +193,19 @@ mod tests {
         let mut dst = vec![0u8; 100_000];
         super::read(pid, src.as_ptr() as u64, &mut dst).unwrap();
         assert_eq!(src, dst);
+        // Vectored: pieces of different lengths, consecutive in the source.
+        let mut parts = [
+            vec![0u8; 9000],
+            vec![0u8; 1],
+            vec![0u8; 40_000],
+            vec![0u8; 50_999],
+        ];
+        let src2: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let mut outs: Vec<&mut [u8]> = parts.iter_mut().map(|p| p.as_mut_slice()).collect();
+        super::read_vectored(pid, src2.as_ptr() as u64, &mut outs).unwrap();
+        assert_eq!(parts.concat(), src2);
+        let mut outs: Vec<&mut [u8]> = parts.iter_mut().map(|p| p.as_mut_slice()).collect();
+        assert!(super::read_vectored(pid, 8, &mut outs).is_err());
         let target = vec![0u8; 10];
         super::write(pid, target.as_ptr() as u64, b"0123456789").unwrap();
         assert_eq!(std::hint::black_box(&target)[..], b"0123456789"[..]);
