@@ -139,6 +139,9 @@ pub struct ClusterOpts {
     pub agent_args: Vec<String>,
     /// Where the engines run.
     pub layout: LayoutKind,
+    /// memif: the client node's port in zero-copy mode (the wire copies once per frame,
+    /// on the server's side).
+    pub memif_zero_copy: bool,
 }
 
 /// One emulated node.
@@ -316,7 +319,13 @@ impl Cluster {
             FabricKind::Memif => {
                 let sock = dir.join("memif.sock");
                 for i in 0..o.nodes {
-                    let role = if i == 0 { "server" } else { "client" };
+                    // The client side has memif's zero-copy mode: the server copies
+                    // into and out of the client's own mbufs, the client copies nothing.
+                    let role = match (i, o.memif_zero_copy) {
+                        (0, _) => "server",
+                        (_, true) => "client,zero-copy=yes",
+                        (_, false) => "client",
+                    };
                     // Device names are per process: distinct, so one agent can host both.
                     ports.push((
                         format!("net_memif{i},role={role},socket={}", sock.display()),

@@ -40,6 +40,11 @@ pub struct RunArgs {
     /// Agents offload receive copies to a dmadev (dma_skeleton).
     #[arg(long)]
     pub dma: bool,
+    /// memif: the client node's port in memif's zero-copy mode, so the wire copies each
+    /// frame once (on the server's side), as a NIC's DMA would; needs hugepages (without
+    /// them the port copies) [default: true].
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub memif_zero_copy: bool,
     /// MTU of the fabric: 9000 (jumbo frames: the emulated fabric carries them; a sixth of
     /// the frames per byte) or 1500 (what an unconfigured switch carries).
     #[arg(long, default_value_t = 9000, value_parser = parse_mtu)]
@@ -88,6 +93,7 @@ const VALUE_OPTS: &[&str] = &[
     "--mpirun-arg",
     "--agent-arg",
     "--capture",
+    "--memif-zero-copy",
 ];
 
 /// mpirun users type `-np N`, clap's short options are one letter: rewrites `-np` among the
@@ -357,6 +363,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         }),
         agent_args: a.agent_args.clone(),
         layout: a.layout,
+        memif_zero_copy: a.memif_zero_copy,
     };
     let mut cluster = Cluster::start(&opts)?;
     if a.stats {

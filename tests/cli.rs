@@ -66,6 +66,10 @@ fn run_options_are_checked_before_anything_starts() {
         &["'0'", "--nodes", "1 to"],
     );
     assert_refused(&["run", "-np", "0", "--", "true"], &["'0'", "at least 1"]);
+    assert_refused(
+        &["run", "--memif-zero-copy", "maybe", "--", "true"],
+        &["'maybe'", "--memif-zero-copy"],
+    );
     // A missing program is named as such, not as the error of a helper meant to start it.
     let line = assert_refused(
         &["run", "-np", "2", "./no-such-program-18"],

@@ -52,6 +52,7 @@ pub struct EalBuilder {
     hugepages: Hugepages,
     huge_dir: Option<PathBuf>,
     in_memory: bool,
+    single_file_segments: bool,
     memory_mb: Option<u32>,
     vdevs: Vec<String>,
     iova_mode: Option<IovaMode>,
@@ -84,6 +85,14 @@ impl EalBuilder {
     /// Hugepage policy (default `Auto`).
     pub fn hugepages(mut self, h: Hugepages) -> Self {
         self.hugepages = h;
+        self
+    }
+
+    /// EAL `--single-file-segments` when hugepages are used (one file descriptor per memory
+    /// segment list: what memif's zero-copy mode needs to share the mbufs' memory with its
+    /// peer); nothing without hugepages, where there are no such files.
+    pub fn single_file_segments(mut self, yes: bool) -> Self {
+        self.single_file_segments = yes;
         self
     }
 
@@ -180,6 +189,9 @@ impl EalBuilder {
             }
             if self.in_memory {
                 a.push("--in-memory".into());
+            }
+            if self.single_file_segments {
+                a.push("--single-file-segments".into());
             }
         } else {
             a.push("--no-huge".into());

@@ -138,6 +138,9 @@ fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
     if !dmas.is_empty() {
         b = b.iova_mode(IovaMode::Va);
     }
+    // memif's zero-copy client shares its mbufs' memory with the server: one file per
+    // memory segment list, or the driver refuses ("multi-file segments").
+    b = b.single_file_segments(nodes.iter().any(|n| memif_zero_copy(&n.settings.devargs)));
     // A vdev port needs no PCI scan (which would also grab the host's own NIC).
     let pci = |d: &str| d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_");
     if !nodes.iter().any(|n| pci(&n.settings.devargs)) && !dmas.iter().any(|d| pci(d)) {
@@ -156,10 +159,20 @@ fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
     b.init().map_err(|e| format!("DPDK initialisation: {e}"))
 }
 
+/// Whether `devargs` ask for memif's zero-copy mode (a client's option).
+fn memif_zero_copy(devargs: &str) -> bool {
+    devargs.starts_with("net_memif") && devargs.split(',').any(|kv| kv == "zero-copy=yes")
+}
+
 /// The port `devargs` names, receiving into `rx_pool`, at `mtu`.
 fn open_port(eal: &Eal, rx_pool: &Mempool, s: &Settings) -> Result<Port, String> {
     let (devargs, mtu, udp) = (&s.devargs, s.mtu, s.udp.is_some());
-    let port_args = port_devargs(devargs, mtu)?;
+    let mut port_args = port_devargs(devargs, mtu)?;
+    if eal.no_huge() && memif_zero_copy(&port_args) {
+        // Without hugepages the mbufs live in anonymous memory the server cannot map.
+        log::warn!("{port_args}: memif zero-copy needs hugepages; this port copies instead");
+        port_args = port_args.replace(",zero-copy=yes", "");
+    }
     Port::open(
         eal,
         &port_args,
