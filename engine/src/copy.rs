@@ -66,6 +66,11 @@ pub trait CopyEngine<F> {
     /// Appends the outcome of each queued copy finished since the last call, in submission
     /// order (a failure fails only the receive that copy belonged to).
     fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>);
+    /// Where `len` bytes of `src` at `src_off` lie, when the link may send them in place
+    /// (see [`crate::Link::alloc_tx_ref`]); `None`: they must be read ([`CopyEngine::read`]).
+    fn tx_ref(&self, _src: &BufRef, _src_off: u64, _len: usize) -> Option<crate::TxRef<'_>> {
+        None
+    }
     /// Bytes copied so far by the device and by the CPU.
     fn copied_bytes(&self) -> (u64, u64) {
         (0, 0)

@@ -25,7 +25,7 @@ pub use addr::EndpointAddr;
 pub use config::Config;
 pub use copy::{BufRef, CopyEngine, CopyError, CpuCopy, HeapMemory, Memory};
 pub use engine::{Completion, Engine, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendMode};
-pub use link::Link;
+pub use link::{Link, TxRef};
 pub use matching::{ANY_SOURCE, ANY_TAG, MatchSpec};
 pub use stats::Stats;
 pub use wire::MacAddr;

@@ -1,6 +1,18 @@
 //! What the engine needs from a port: bursts of frames in and out.
 
 use crate::wire::MacAddr;
+use core::any::Any;
+
+/// Payload bytes that lie in memory the link may transmit from in place (no copy): `len`
+/// bytes at `offset` of `mem`. The copy engine finds them ([`crate::CopyEngine::tx_ref`]),
+/// the link attaches them to a frame ([`Link::alloc_tx_ref`]); `mem` is whatever the two
+/// agree on (the agent's registered channel memory), opaque to the engine.
+#[derive(Clone, Copy)]
+pub struct TxRef<'a> {
+    pub mem: &'a (dyn Any + Send + Sync),
+    pub offset: usize,
+    pub len: usize,
+}
 
 /// A port the poll loop drives. The agent implements it over a DPDK port; tests over [`crate::sim`].
 ///
@@ -17,6 +29,15 @@ pub trait Link {
     fn rx_burst(&mut self, out: &mut Vec<Self::Frame>, max: usize);
     /// A transmit buffer of exactly `len` bytes, or `None` when out of buffers (backpressure).
     fn alloc_tx(&mut self, len: usize) -> Option<Self::TxBuf>;
+    /// A transmit buffer whose first `head` bytes are writable (through `AsMut`, which
+    /// reaches those bytes only) and whose payload is `payload`, attached in place: the
+    /// frame is `head + payload.len` bytes, its payload read by the port when it sends it,
+    /// not copied now. `None` when this link cannot (then the engine copies the payload
+    /// into an [`Link::alloc_tx`] buffer). The payload's memory must not change until the
+    /// frame has gone out.
+    fn alloc_tx_ref(&mut self, _head: usize, _payload: TxRef<'_>) -> Option<Self::TxBuf> {
+        None
+    }
     /// Sends frames from the front of `frames`, removing those sent; the rest stay queued.
     fn tx_burst(&mut self, frames: &mut Vec<Self::TxBuf>);
     /// Largest frame, Ethernet header included, that this link carries (MTU + 14).

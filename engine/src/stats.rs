@@ -28,6 +28,9 @@ pub struct Stats {
     pub drop_stale: u64,
     pub drop_unknown_msg: u64,
     pub tx_no_buffers: u64,
+    /// Payload bytes sent in place from the senders' buffers (frames that point at them,
+    /// [`crate::Link::alloc_tx_ref`]): bytes the engine did not copy.
+    pub tx_in_place_bytes: u64,
     /// Eager-sized sends that went by rendezvous because the peer's eager credit was short.
     pub credit_fallbacks: u64,
     /// Grants of more eager credit sent to peers, and requests to give credit back.

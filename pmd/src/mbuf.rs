@@ -389,48 +389,44 @@ impl Mbuf {
             )));
         }
         let iova = mem.iova(offset).unwrap_or(u64::MAX);
-        let shared = Box::new(ExtRef {
-            shinfo: sys::rte_mbuf_ext_shared_info {
-                free_cb: Some(ext_free),
-                fcb_opaque: std::ptr::null_mut(),
-                refcnt: 0,
-            },
-            _mem: Arc::clone(mem),
-        });
-        let shared = Box::into_raw(shared);
-        // SAFETY: shared is a fresh heap allocation that ext_free reclaims exactly once (when
-        // the extbuf's refcount drops to zero); the range lies inside mem, which the box keeps
-        // mapped; the mbuf is unique, direct and empty as attach_extbuf requires.
-        unsafe {
-            (*shared).shinfo.fcb_opaque = shared as *mut c_void;
-            sys::tigon_mbuf_ext_refcnt_set(&mut (*shared).shinfo, 1);
+        // The region stays mapped while the mbuf lives: one reference to it, given back by
+        // `ext_free` (no allocation per mbuf: the shared info lies in the mbuf's own buffer).
+        let keep = Arc::into_raw(Arc::clone(mem));
+        // SAFETY: the mbuf is unique, direct, single-segment and empty (checked above); the
+        // range lies inside `mem`, which `keep` holds mapped until DPDK calls `ext_free`
+        // exactly once, when this mbuf (and every clone of it) is freed.
+        let ret = unsafe {
             let addr = mem.as_ptr().add(offset) as *mut c_void;
-            sys::tigon_pktmbuf_attach_extbuf(
+            sys::tigon_pktmbuf_attach_extbuf_inplace(
                 self.ptr.as_ptr(),
                 addr,
                 iova,
                 len,
-                &mut (*shared).shinfo,
-            );
-            if len > 0 && sys::tigon_pktmbuf_append(self.ptr.as_ptr(), len).is_null() {
-                return Err(Error::InvalidArgument("extbuf append failed".into()));
-            }
+                Some(ext_free),
+                keep as *mut c_void,
+            )
+        };
+        if ret != 0 {
+            // SAFETY: not attached: `keep` was not handed to DPDK; take the reference back.
+            drop(unsafe { Arc::from_raw(keep) });
+            return Err(Error::InvalidArgument(
+                "the mbuf's own buffer cannot hold the external buffer's shared info".into(),
+            ));
+        }
+        // SAFETY: attached above; the append stays inside the `len`-byte external buffer.
+        if len > 0 && unsafe { sys::tigon_pktmbuf_append(self.ptr.as_ptr(), len) }.is_null() {
+            return Err(Error::InvalidArgument("extbuf append failed".into()));
         }
         Ok(())
     }
 }
 
-/// What an external-buffer mbuf keeps alive: its shared info and the memory region.
-struct ExtRef {
-    shinfo: sys::rte_mbuf_ext_shared_info,
-    _mem: Arc<ExtMem>,
-}
-
-/// Called by DPDK when the last mbuf referencing an external buffer is freed.
+/// Called by DPDK when the last mbuf referencing an external buffer is freed: gives back the
+/// reference to the region taken in `attach_extbuf`.
 unsafe extern "C" fn ext_free(_addr: *mut c_void, opaque: *mut c_void) {
     if !opaque.is_null() {
-        // SAFETY: opaque is the Box<ExtRef> leaked in attach_extbuf; DPDK calls this once.
-        drop(unsafe { Box::from_raw(opaque as *mut ExtRef) });
+        // SAFETY: opaque is the `Arc::into_raw` of attach_extbuf; DPDK calls this once.
+        drop(unsafe { Arc::from_raw(opaque as *const ExtMem) });
     }
 }
 

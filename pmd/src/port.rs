@@ -96,7 +96,8 @@ pub struct Port {
     tx_queues: u16,
     device: *mut sys::rte_device,
     mapped: Vec<Arc<ExtMem>>,
-    /// memif only: pool for linearising chained frames before tx (see `tx_burst`).
+    /// memif in zero-copy mode only: pool for linearising chained frames before tx (see
+    /// `open`).
     linearize: Option<Mempool>,
     lin_warned: bool,
     /// The transmit offloads configured (DPDK's RTE_ETH_TX_OFFLOAD_* bits).
@@ -214,12 +215,25 @@ impl Port {
             _pool: rx_pool.clone(),
             _eal: eal.clone(),
         };
-        if is_memif {
+        // memif's zero-copy mode gives each segment of a chained frame a ring descriptor of
+        // its own (and DPDK 22.11 leaves a stale "next" flag on reused descriptors when a
+        // frame spans several, which corrupts later frames), and cannot send segments outside
+        // its own memory (external buffers): chains are linearised there. Its copy mode
+        // copies a chain's segments into one ring buffer (`bsize` holds any frame) and needs
+        // nothing.
+        if is_memif && devargs.replace(' ', "").contains("zero-copy=yes") {
             let lin = Mempool::new(eal, &format!("tigon_lin{id}"), 1023, JUMBO_DATA_ROOM)?;
             port.linearize = Some(lin);
         }
         port.configure(rx_pool, cfg)?;
         Ok(port)
+    }
+
+    /// Whether frames may go out as chains of mbufs, segments in external memory included
+    /// (the driver transmits multi-segment frames, `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`, and the
+    /// port does not copy them into one segment first).
+    pub fn tx_chains(&self) -> bool {
+        self.tx_offloads & sys::TIGON_ETH_TX_OFFLOAD_MULTI_SEGS != 0 && self.linearize.is_none()
     }
 
     /// Whether the NIC computes IPv4 header checksums / UDP checksums of frames marked with
@@ -529,9 +543,8 @@ impl Port {
     /// removed from the front of `pkts` (the driver frees them once sent); the rest stay for
     /// the caller to retry or drop. Returns how many were accepted.
     ///
-    /// On memif ports, chained frames are first copied into single-segment mbufs: DPDK
-    /// 22.11's memif tx leaves a stale "next" flag on reused ring descriptors when a frame
-    /// spans several, which corrupts later frames.
+    /// On memif ports in zero-copy mode, chained frames are first copied into single-segment
+    /// mbufs (see `open`).
     ///
     /// # Panics
     /// If `queue` is not a configured tx queue.

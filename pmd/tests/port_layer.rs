@@ -370,3 +370,47 @@ fn rss_over_udp_where_the_driver_offers_it_one_queue_where_not() {
     drop(memif);
     let _ = std::fs::remove_file(&sock);
 }
+
+/// An external-buffer mbuf keeps its region mapped until its last handle is freed (its
+/// shared info lives in the mbuf's own buffer, not in an allocation), and goes back to its
+/// pool as an ordinary mbuf with its whole data room.
+#[test]
+fn external_buffer_outlives_its_owner_and_returns_a_whole_mbuf() {
+    let eal = eal();
+    let p = pool("ext_life", 63);
+    let mem = ExtMem::new(&eal, 1 << 16).expect("region");
+    let payload = pattern(1000, 9);
+    mem.write_at(4000, &payload).expect("write");
+    let weak = Arc::downgrade(&mem);
+    let frames: Vec<Mbuf> = (0..8)
+        .map(|_| p.alloc_extbuf(&mem, 4000, 1000).expect("extbuf"))
+        .collect();
+    assert_eq!(
+        Arc::strong_count(&mem),
+        9,
+        "one reference per attached mbuf"
+    );
+    let clone = frames[0].try_clone().expect("clone");
+    drop(mem);
+    // The owner is gone; the mbufs still read the region.
+    assert!(frames.iter().all(|m| m.to_vec() == payload));
+    drop(frames);
+    assert_eq!(clone.to_vec(), payload, "a clone keeps the buffer");
+    assert!(weak.upgrade().is_some());
+    drop(clone);
+    assert!(weak.upgrade().is_none(), "the last free unmaps the region");
+    assert_eq!(p.in_use(), 0);
+    // Reused, the mbufs are direct again with their whole room (nothing of the shared
+    // info placed there is left in the way).
+    let room = (DEFAULT_DATA_ROOM - tigon_pmd::HEADROOM) as usize;
+    let mut all: Vec<Mbuf> = (0..63).map(|_| p.alloc().expect("alloc")).collect();
+    for (i, m) in all.iter_mut().enumerate() {
+        assert!(!m.is_external());
+        m.append(room as u16)
+            .expect("whole room")
+            .copy_from_slice(&pattern(room, i as u8));
+    }
+    for (i, m) in all.iter().enumerate() {
+        assert_eq!(m.to_vec(), pattern(room, i as u8));
+    }
+}

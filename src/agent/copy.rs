@@ -11,7 +11,7 @@ use super::memory::{ClientCopy, ClientMem, Clients, Target};
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
-use tigon_engine::{BufRef, CopyEngine, CopyError};
+use tigon_engine::{BufRef, CopyEngine, CopyError, TxRef};
 use tigon_pmd::{DmaDev, ExtMem, Mbuf};
 
 /// Reads of a rank's send buffer are fetched this much at a time (one system call per block
@@ -312,6 +312,19 @@ impl CopyEngine<RxFrame> for AgentCopy {
                 self.bytes.cpu += total as u64;
                 Ok(())
             }
+        }
+    }
+
+    fn tx_ref(&self, src: &BufRef, off: u64, len: usize) -> Option<TxRef<'_>> {
+        // A channel buffer registered with DPDK: the port sends from it (the rank's one
+        // copy into the channel is the last CPU copy on this side).
+        match self.clients.resolve(src, off, len).ok()? {
+            Target::Channel(m, at) => Some(TxRef {
+                mem: m.ext.as_ref()?,
+                offset: at,
+                len,
+            }),
+            Target::Direct(..) => None,
         }
     }
 

@@ -3,12 +3,13 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::Instant;
 use tigon_engine::net::UDP_OVERHEAD;
 use tigon_engine::net::encap::{EncapStats, Rx, Tx, UdpConfig, UdpEncap};
 use tigon_engine::wire::MIN_FRAME;
-use tigon_engine::{Link, MacAddr};
-use tigon_pmd::{Mbuf, Mempool, Port};
+use tigon_engine::{Link, MacAddr, TxRef};
+use tigon_pmd::{ExtMem, Mbuf, Mempool, Port};
 
 /// Frames queued on the loopback at most: each holds a tx buffer until the engine reads it.
 const LOOPBACK_RING: usize = 512;
@@ -99,6 +100,9 @@ pub struct PortLink {
     rx: Vec<Mbuf>,
     tx: Vec<Mbuf>,
     udp: Option<Udp>,
+    /// Frames may be header + payload chains (`Port::tx_chains`, and not `--wire udp`,
+    /// whose encapsulation wants the frame in one piece): see [`Link::alloc_tx_ref`].
+    chains: bool,
     pub stats: LinkStats,
 }
 
@@ -110,7 +114,6 @@ impl PortLink {
             ..LinkStats::default()
         };
         PortLink {
-            port,
             pool: tx_pool,
             mac,
             max_frame,
@@ -118,6 +121,8 @@ impl PortLink {
             rx: Vec::new(),
             tx: Vec::new(),
             udp: None,
+            chains: port.tx_chains(),
+            port,
             stats,
         }
     }
@@ -139,6 +144,7 @@ impl PortLink {
             self.tx.push(m);
         }
         self.udp = Some(u);
+        self.chains = false;
         self.max_frame -= UDP_OVERHEAD;
         self.port.tx_burst(0, &mut self.tx);
         self
@@ -372,6 +378,35 @@ impl Link for PortLink {
         Some(TxFrame(m))
     }
 
+    fn alloc_tx_ref(&mut self, head: usize, payload: TxRef<'_>) -> Option<TxFrame> {
+        if !self.chains {
+            return None;
+        }
+        let mem = payload.mem.downcast_ref::<Arc<ExtMem>>()?;
+        let (Ok(head), Ok(len)) = (u16::try_from(head), u16::try_from(payload.len)) else {
+            return None;
+        };
+        let mut m = match self.pool.alloc() {
+            Ok(m) => m,
+            Err(_) => {
+                self.stats.tx_alloc_failures += 1;
+                return None;
+            }
+        };
+        m.append(head).ok()?;
+        // The payload's mbuf points into the channel; it holds the region mapped until the
+        // port has sent (and freed) it.
+        let tail = match self.pool.alloc_extbuf(mem, payload.offset, len) {
+            Ok(t) => t,
+            Err(_) => {
+                self.stats.tx_alloc_failures += 1;
+                return None;
+            }
+        };
+        m.chain(tail).ok()?;
+        Some(TxFrame(m))
+    }
+
     fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) {
         self.release_held();
         let mut refused = Vec::new();
@@ -380,7 +415,14 @@ impl Link for PortLink {
                 self.encap(f.0);
             } else if self.loopback.len() < LOOPBACK_RING && refused.is_empty() {
                 self.stats.loopback_frames += 1;
-                self.loopback.push_back(RxFrame::Mbuf(f.0));
+                // The receive side reads a frame as one piece (the engine sends nothing to
+                // this node in place; a chain would be gathered here).
+                let f = if f.0.nb_segs() == 1 {
+                    RxFrame::Mbuf(f.0)
+                } else {
+                    RxFrame::Flat(f.0.to_vec())
+                };
+                self.loopback.push_back(f);
             } else {
                 // A full loopback ring pushes back like a full driver ring (and keeps its
                 // order: once one frame waits, the rest of this burst's loopback waits too).

@@ -86,6 +86,8 @@ pub fn json(
 /// CPU copies are its memcpys (`cpu_bytes`) and the kernel's copies on its core for
 /// `process_vm_readv` / `writev` (`direct_bytes`); the dmadev's are not the CPU's. The ranks'
 /// are what their clients report (into and out of channel buffers, and out of staging).
+/// `tx_in_place_bytes` are payload bytes the port sent straight from channel buffers (no
+/// copy by the engine).
 fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
     let c = eng.copy_engine();
     let payload = served.stats.payload_bytes_received;
@@ -101,6 +103,7 @@ fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Val
     serde_json::json!({
         "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu, "direct_bytes": c.bytes.direct,
         "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
+        "tx_in_place_bytes": eng.stats.tx_in_place_bytes,
         "engine_per_payload_byte": per(engine), "ranks_per_payload_byte": per(ranks),
     })
 }

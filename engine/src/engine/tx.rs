@@ -8,7 +8,12 @@ use super::stream::{Emit, FrameSource, TxDesc};
 use super::types::{Error, ReqId};
 use crate::copy::{BufRef, CopyEngine};
 use crate::link::Link;
-use crate::wire::{self, ConnectRepr, Frame, Kind, Repr};
+use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr};
+
+/// Payloads at least this long are sent in place (a frame that points at the sender's
+/// buffer) where the link can: below a cache line, copying the bytes costs less than the
+/// second mbuf that would point at them.
+pub const TX_IN_PLACE_MIN: usize = 64;
 
 /// A rendezvous frame in the burst whose payload is still to be read: the frames of one
 /// message are read together just before the burst goes (`read_payloads`), one call for
@@ -325,34 +330,47 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let head = h.payload_offset();
         let len = head + h.length as usize;
-        let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
-            self.stats.tx_no_buffers += 1;
-            return Emit::NoBuffer;
-        };
-        let b = buf.as_mut();
-        h.emit(b);
-        // Rendezvous data is read with the rest of the burst, unless the checksum must cover
-        // it (it is filled here, over what is read).
-        if let (Some(sb), Some(req)) = (src, d.req)
-            && d.kind == Kind::PullData
-            && !self.payload_ck
-        {
-            self.reads.push(PendingRead {
-                frame: self.tx.len(),
-                at: head,
-                len: len - head,
-                src: sb,
-                off: d.offset,
-                req,
-            });
-        } else if let Some(sb) = src
-            && let Err(e) = self.copy.read(&sb, d.offset, &mut b[head..len])
-        {
-            if let Some(id) = d.req {
-                self.finish(id, Err(Error::Copy(e.0)));
+        // A first transmission from a buffer the link can send from goes in place (see
+        // `in_place`); a resend is copied.
+        let placed = match src {
+            Some(sb) if d.retries == 0 => {
+                self.in_place(link, h.dst_mac, head, &sb, d.offset, h.length as usize)
             }
-            return Emit::Gone;
-        }
+            _ => None,
+        };
+        let mut buf = match placed {
+            Some(b) => b,
+            None => {
+                let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
+                    self.stats.tx_no_buffers += 1;
+                    return Emit::NoBuffer;
+                };
+                // Rendezvous data is read with the rest of the burst, unless the checksum
+                // must cover it (it is filled here, over what is read).
+                if let (Some(sb), Some(req)) = (src, d.req)
+                    && d.kind == Kind::PullData
+                    && !self.payload_ck
+                {
+                    self.reads.push(PendingRead {
+                        frame: self.tx.len(),
+                        at: head,
+                        len: len - head,
+                        src: sb,
+                        off: d.offset,
+                        req,
+                    });
+                } else if let Some(sb) = src
+                    && let Err(e) = self.copy.read(&sb, d.offset, &mut buf.as_mut()[head..len])
+                {
+                    if let Some(id) = d.req {
+                        self.finish(id, Err(Error::Copy(e.0)));
+                    }
+                    return Emit::Gone;
+                }
+                buf
+            }
+        };
+        h.emit(buf.as_mut());
         Frame::new_unchecked(buf.as_mut()).fill_checksum();
         self.stats.tx_bytes += len as u64;
         self.tx.push(buf);
@@ -437,26 +455,61 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             src_rank: s.rank,
             match_bits: s.bits,
         };
-        let len = wire::COMPACT_OVERHEAD + d.len as usize;
-        let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
-            self.stats.tx_no_buffers += 1;
-            return Emit::NoBuffer;
-        };
-        let b = buf.as_mut();
-        h.emit(b);
-        if let Err(e) = self
-            .copy
-            .read(&buf_ref, d.offset, &mut b[wire::COMPACT_OVERHEAD..len])
+        let head = wire::COMPACT_OVERHEAD;
+        let len = head + d.len as usize;
+        let mut buf = match self.in_place(link, h.dst_mac, head, &buf_ref, d.offset, d.len as usize)
         {
-            if let Some(id) = d.req {
-                self.finish(id, Err(Error::Copy(e.0)));
+            Some(b) => b,
+            None => {
+                let Some(mut buf) = link.alloc_tx(len.max(wire::MIN_FRAME)) else {
+                    self.stats.tx_no_buffers += 1;
+                    return Emit::NoBuffer;
+                };
+                if let Err(e) = self
+                    .copy
+                    .read(&buf_ref, d.offset, &mut buf.as_mut()[head..len])
+                {
+                    if let Some(id) = d.req {
+                        self.finish(id, Err(Error::Copy(e.0)));
+                    }
+                    return Emit::Gone;
+                }
+                buf
             }
-            return Emit::Gone;
-        }
+        };
+        h.emit(buf.as_mut());
         wire::fill_small_checksum(buf.as_mut());
         self.stats.tx_bytes += len as u64;
         self.tx.push(buf);
         Emit::Sent
+    }
+
+    /// A frame of `head` header bytes whose `len`-byte payload is `src` at `off`, sent in
+    /// place (the link's frame points at the bytes; nothing is copied), when the copy engine
+    /// and the link can and it pays: not when the frame's checksum covers its payload (the
+    /// engine would read every byte anyway), not to this node (the loopback hands frames to
+    /// the receive side as one piece), not below [`TX_IN_PLACE_MIN`].
+    ///
+    /// Only first transmissions come here: a frame that sits in a transmit queue has gone
+    /// to the port before anything sent after it, so before the peer can acknowledge it and
+    /// its send complete (which gives the buffer back to its rank). Resends are copied.
+    #[inline]
+    fn in_place(
+        &mut self,
+        link: &mut L,
+        dst: MacAddr,
+        head: usize,
+        src: &BufRef,
+        off: u64,
+        len: usize,
+    ) -> Option<L::TxBuf> {
+        if len < TX_IN_PLACE_MIN || self.payload_ck || dst == self.mac {
+            return None;
+        }
+        let r = self.copy.tx_ref(src, off, len)?;
+        let buf = link.alloc_tx_ref(head, r)?;
+        self.stats.tx_in_place_bytes += len as u64;
+        Some(buf)
     }
 
     /// A standalone ack with nothing selective and no probe reply: a [`Kind::ShortAck`],

@@ -70,6 +70,22 @@ uint16_t tigon_mbuf_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *shinf
 {
 	return rte_mbuf_ext_refcnt_read(shinfo);
 }
+int tigon_pktmbuf_attach_extbuf_inplace(struct rte_mbuf *m, void *buf_addr, rte_iova_t buf_iova,
+					uint16_t buf_len, rte_mbuf_extbuf_free_callback_t free_cb,
+					void *fcb_opaque)
+{
+	/* rte_pktmbuf_free calls free_cb (refcount 1 -> 0) before rte_pktmbuf_detach gives m
+	 * its own buffer back: the shared info is read only while m is still attached. */
+	struct rte_mbuf_ext_shared_info *shinfo =
+		RTE_PTR_ALIGN_CEIL(m->buf_addr, _Alignof(struct rte_mbuf_ext_shared_info));
+	if (RTE_PTR_DIFF(shinfo, m->buf_addr) + sizeof(*shinfo) > m->buf_len)
+		return -1;
+	shinfo->free_cb = free_cb;
+	shinfo->fcb_opaque = fcb_opaque;
+	rte_mbuf_ext_refcnt_set(shinfo, 1);
+	rte_pktmbuf_attach_extbuf(m, buf_addr, buf_iova, buf_len, shinfo);
+	return 0;
+}
 unsigned tigon_mempool_avail_count(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
 unsigned tigon_mempool_in_use_count(const struct rte_mempool *mp)
 {

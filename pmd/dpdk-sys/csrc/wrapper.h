@@ -73,6 +73,12 @@ struct rte_mbuf_ext_shared_info *tigon_pktmbuf_ext_shinfo_init_helper(
 	void *buf_addr, uint16_t *buf_len, rte_mbuf_extbuf_free_callback_t free_cb, void *fcb_opaque);
 void tigon_mbuf_ext_refcnt_set(struct rte_mbuf_ext_shared_info *shinfo, uint16_t v);
 uint16_t tigon_mbuf_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *shinfo);
+/* Attaches direct, empty mbuf `m` to an external buffer with its shared info placed in m's own
+ * data room (unused while attached, and m's until it goes back to its pool): no allocation.
+ * Returns 0, or -1 when m's own room cannot hold the shared info. */
+int tigon_pktmbuf_attach_extbuf_inplace(struct rte_mbuf *m, void *buf_addr, rte_iova_t buf_iova,
+					uint16_t buf_len, rte_mbuf_extbuf_free_callback_t free_cb,
+					void *fcb_opaque);
 unsigned tigon_mempool_avail_count(const struct rte_mempool *mp);
 unsigned tigon_mempool_in_use_count(const struct rte_mempool *mp);
 uint16_t tigon_pktmbuf_data_room_size(struct rte_mempool *mp);
