@@ -1,0 +1,179 @@
+//! The compact header of [`Kind::Small`] frames (and of [`Kind::ShortAck`]): written straight
+//! from a sender's state and read in place, without the full [`Repr`].
+
+use super::*;
+
+/// The fields of a [`Kind::Small`] frame's compact header, for a sender that builds one
+/// straight from its own state (no full [`Repr`] on the small-message path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallHeader {
+    pub dst_mac: MacAddr,
+    pub src_mac: MacAddr,
+    pub flags: u8,
+    pub length: u8,
+    pub dst_ep: u16,
+    pub src_ep: u16,
+    /// [`session_tag`] of the sender's and the receiver's sessions.
+    pub tag: u32,
+    pub seq: u32,
+    pub ack: u32,
+    pub credit: u32,
+    pub src_rank: u32,
+    pub match_bits: u64,
+}
+
+impl SmallHeader {
+    /// Checks a [`Kind::Small`] frame as [`Frame::new_checked`] does (lengths, EtherType,
+    /// version, kind, checksum; the same error for the same fault) and reads its compact
+    /// header: the receive path's read of a small message, with no full [`Repr`] built.
+    #[inline]
+    pub fn parse(b: &[u8]) -> Result<SmallHeader, Error> {
+        use field::small as s;
+        if b.len() < ETH_HEADER_LEN + 2 {
+            return Err(Error::Truncated);
+        }
+        if be16(b, field::ETHERTYPE) != ETHERTYPE {
+            return Err(Error::EtherType);
+        }
+        if b[field::VERSION] != VERSION {
+            return Err(Error::Version);
+        }
+        if b[field::KIND] != Kind::Small as u8 {
+            return Err(Error::Type);
+        }
+        // One length check for the whole header (a fixed-size view), none per field.
+        let h: &[u8; COMPACT_OVERHEAD] = b.first_chunk().ok_or(Error::Truncated)?;
+        let len = h[s::LENGTH] as usize;
+        if b.len() - COMPACT_OVERHEAD < len {
+            return Err(Error::Truncated);
+        }
+        let covered = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
+            COMPACT_OVERHEAD + len
+        } else {
+            COMPACT_OVERHEAD
+        };
+        if small_checksum(&b[..covered]) != be32(h, s::CHECKSUM) {
+            return Err(Error::Checksum);
+        }
+        Ok(Self::read(h))
+    }
+
+    /// The fields of a compact header (no checks).
+    #[inline]
+    pub(super) fn read(b: &[u8; COMPACT_OVERHEAD]) -> SmallHeader {
+        use field::small as s;
+        SmallHeader {
+            dst_mac: MacAddr(b[field::DST_MAC].try_into().expect("6")),
+            src_mac: MacAddr(b[field::SRC_MAC].try_into().expect("6")),
+            flags: b[s::FLAGS],
+            length: b[s::LENGTH],
+            dst_ep: be16(b, s::DST_EP),
+            src_ep: be16(b, s::SRC_EP),
+            tag: be32(b, s::TAG),
+            seq: be32(b, s::SEQ),
+            ack: be32(b, s::ACK),
+            credit: be32(b, s::CREDIT),
+            src_rank: be32(b, s::SRC_RANK),
+            match_bits: u64::from_be_bytes(b[s::MATCH_BITS].try_into().expect("8")),
+        }
+    }
+
+    /// The full header this compact one stands for: one whole message, fragment 0 of 1, its
+    /// sessions as their tag (both read 0), no message id.
+    pub fn repr(&self) -> Repr {
+        let length = self.length as u32;
+        Repr {
+            dst_mac: self.dst_mac,
+            src_mac: self.src_mac,
+            kind: Some(Kind::Small),
+            flags: self.flags as u16,
+            dst_ep: self.dst_ep,
+            src_ep: self.src_ep,
+            tag: self.tag,
+            seq: self.seq,
+            ack: self.ack,
+            credit: self.credit,
+            src_rank: self.src_rank,
+            match_bits: self.match_bits,
+            frag_index: 0,
+            frag_count: 1,
+            length,
+            total: length as u64,
+            ..Repr::default()
+        }
+    }
+
+    /// Writes the Ethernet and compact headers (checksum zero, to be filled after the
+    /// payload) into `buf` and returns the frame length, padded to [`MIN_FRAME`].
+    #[inline]
+    pub fn emit(&self, buf: &mut [u8]) -> usize {
+        use field::small as s;
+        let (head, _) = buf.split_at_mut(COMPACT_OVERHEAD);
+        // A fixed-size view: one length check, none per field.
+        let b: &mut [u8; COMPACT_OVERHEAD] = head.try_into().expect("split");
+        b[field::DST_MAC].copy_from_slice(&self.dst_mac.0);
+        b[field::SRC_MAC].copy_from_slice(&self.src_mac.0);
+        b[field::ETHERTYPE].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        b[field::VERSION] = VERSION;
+        b[field::KIND] = Kind::Small as u8;
+        b[s::FLAGS] = self.flags;
+        b[s::LENGTH] = self.length;
+        b[s::DST_EP].copy_from_slice(&self.dst_ep.to_be_bytes());
+        b[s::SRC_EP].copy_from_slice(&self.src_ep.to_be_bytes());
+        b[s::TAG].copy_from_slice(&self.tag.to_be_bytes());
+        b[s::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        b[s::ACK].copy_from_slice(&self.ack.to_be_bytes());
+        b[s::CREDIT].copy_from_slice(&self.credit.to_be_bytes());
+        b[s::SRC_RANK].copy_from_slice(&self.src_rank.to_be_bytes());
+        b[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_be_bytes());
+        b[s::CHECKSUM].fill(0);
+        Repr::pad(buf, COMPACT_OVERHEAD + self.length as usize)
+    }
+}
+
+/// Fills the checksum of a [`Kind::Small`] frame whose headers and payload are written
+/// (what [`Frame::fill_checksum`] does, without finding out the header's form first).
+#[inline(always)]
+pub fn fill_small_checksum(frame: &mut [u8]) {
+    use field::small as s;
+    let Some(h) = frame.first_chunk::<COMPACT_OVERHEAD>() else {
+        return;
+    };
+    let covered = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
+        (COMPACT_OVERHEAD + h[s::LENGTH] as usize).min(frame.len())
+    } else {
+        COMPACT_OVERHEAD
+    };
+    let c = small_checksum(&frame[..covered]);
+    frame[s::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Writes a [`Kind::ShortAck`] (checksum zero, to be filled) into `buf`; returns the frame
+/// length ([`MIN_FRAME`]).
+pub fn short_ack(
+    buf: &mut [u8],
+    dst_mac: MacAddr,
+    src_mac: MacAddr,
+    flags: u8,
+    tag: u32,
+    ack: u32,
+    credit: u32,
+) -> usize {
+    let n = SmallHeader {
+        dst_mac,
+        src_mac,
+        flags,
+        length: 0,
+        dst_ep: 0,
+        src_ep: 0,
+        tag,
+        seq: 0,
+        ack,
+        credit,
+        src_rank: 0,
+        match_bits: 0,
+    }
+    .emit(buf);
+    buf[field::KIND] = Kind::ShortAck as u8;
+    n
+}
