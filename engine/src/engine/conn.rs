@@ -75,7 +75,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else if peer.timed() || peer.holds_collections() {
             peer.in_armed = true;
             self.armed.push(p);
-        } else if self.cfg.session_idle_ns != 0 && !peer.conn.retire_queued {
+        } else {
+            self.went_quiet(p, now);
+        }
+    }
+
+    /// Peer `p` has nothing timed and holds no buffers after a transmit pass: unless the
+    /// timers still visit it, its session's retirement check is queued (once per quiet spell).
+    #[inline]
+    pub(super) fn went_quiet(&mut self, p: usize, now: u64) {
+        let peer = &mut self.peers[p];
+        if !peer.in_armed && self.cfg.session_idle_ns != 0 && !peer.conn.retire_queued {
             peer.conn.retire_queued = true;
             self.retire_check.push_back((p, now));
         }

@@ -218,6 +218,24 @@ impl<F: 'static> Peer<F> {
         }
     }
 
+    /// Connected, with nothing timed and no collection allocated: nothing queued, in flight,
+    /// held or waited on, no ack owed. Ten fields looked at, where `timed` and
+    /// `holds_collections` look at more (through each collection): the transmit pass asks
+    /// this of every peer it visits, and with many peers nearly every visit is a quiet
+    /// peer's (its one ack sent).
+    #[inline]
+    pub(super) fn quiet(&self) -> bool {
+        let s = &self.stream;
+        self.conn.state == PeerState::Connected
+            && !s.ack_now
+            && s.ack_due.is_none()
+            && !s.probe
+            && !s.probe_reply
+            && !self.conn.connect_ack_owed
+            && self.msgs.in_eager.is_none()
+            && !self.holds_collections()
+    }
+
     /// Timed only because operations wait on it (a synchronous or rendezvous send waiting
     /// for its match, a pull, an eager message half arrived), with nothing in flight or due:
     /// its only timers are the keepalive and the deadline, seconds away, so it waits in the

@@ -71,6 +71,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 continue;
             }
             sent += self.transmit_peer(link, p, now, budget);
+            if self.peers[p].quiet() {
+                // Nothing more to send, nothing timed (what `settle` would find, cheaper).
+                self.went_quiet(p, now);
+                continue;
+            }
             let peer = &self.peers[p];
             let (conn, stream) = (&peer.conn, &peer.stream);
             let more = conn.state == PeerState::Connecting
