@@ -67,6 +67,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     last_peer: usize,
     /// Peers with frames to send or acks owed.
     active: Vec<usize>,
+    /// The list's other buffer: a transmit pass walks one while peers are marked in the
+    /// other, and keeps both (no allocation per pass).
+    active_spare: Vec<usize>,
     /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
     /// timer pass and the sleep budget visit these, never every peer.
     armed: Vec<usize>,
@@ -142,6 +145,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             peer_index: index::PeerIndex::default(),
             last_peer: 0,
             active: Vec::new(),
+            active_spare: Vec::new(),
             armed: Vec::new(),
             waits: VecDeque::new(),
             went_idle: VecDeque::new(),

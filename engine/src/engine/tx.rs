@@ -62,7 +62,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for r in std::mem::take(&mut self.resets) {
             sent += self.emit(link, r, None) as usize;
         }
-        let active = std::mem::take(&mut self.active);
+        let spare = std::mem::take(&mut self.active_spare);
+        let mut active = std::mem::replace(&mut self.active, spare);
         let budget = self.cfg.burst * 2;
         for &p in &active {
             self.peers[p].in_active = false;
@@ -91,6 +92,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             self.settle(p, now);
         }
+        active.clear();
+        self.active_spare = active;
         if !self.reads.is_empty() {
             self.read_payloads();
         }
