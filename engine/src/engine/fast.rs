@@ -22,7 +22,9 @@ use super::types::{Completion, MsgInfo, Outcome, ReqId};
 use crate::addr::EndpointAddr;
 use crate::copy::{BufRef, CopyEngine};
 use crate::link::Link;
+use crate::stats::Stats;
 use crate::wire::{self, Kind, MacAddr, SmallHeader};
+use std::collections::VecDeque;
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// A received [`Kind::Small`] frame (its kind byte says so; everything else is checked
@@ -159,24 +161,33 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Err(e) => self.finish(id, Err(super::types::Error::Copy(e.0))),
         }
     }
+}
 
-    /// An eager frame of send `id` was acknowledged. A standard send whose frames are all
-    /// acknowledged completes here (its request looked at once); a synchronous or rendezvous
-    /// one goes through the protocol's check (proto/).
-    #[inline]
-    pub(super) fn frame_acked(&mut self, id: ReqId) {
-        match self.reqs.frame_acked(id) {
-            Acked::Gone | Acked::Pending => {}
-            Acked::Check => self.try_finish_send(id),
-            Acked::Done { ep, buf } => {
-                self.copy.release(&buf);
-                self.stats.sends_completed += 1;
-                self.completions.push_back(Completion {
-                    req: id,
-                    ep,
-                    result: Ok(Outcome::Sent),
-                });
-            }
+/// An eager frame of send `id` was acknowledged, as the stream retires it (rx.rs,
+/// `on_new_ack`: the engine's other fields are borrowed apart from the peer's stream): one
+/// frame fewer to wait for, and a standard send with none left completes here, with one
+/// look at its request. True if the protocol decides (a synchronous or rendezvous send, or
+/// one not fully queued: proto/, `try_finish_send`).
+#[inline]
+pub(super) fn retire_acked<F, C: CopyEngine<F>>(
+    reqs: &mut Requests,
+    completions: &mut VecDeque<Completion>,
+    copy: &mut C,
+    stats: &mut Stats,
+    id: ReqId,
+) -> bool {
+    match reqs.frame_acked(id) {
+        Acked::Gone | Acked::Pending => false,
+        Acked::Check => true,
+        Acked::Done { ep, buf } => {
+            copy.release(&buf);
+            stats.sends_completed += 1;
+            completions.push_back(Completion {
+                req: id,
+                ep,
+                result: Ok(Outcome::Sent),
+            });
+            false
         }
     }
 }

@@ -105,9 +105,10 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// at once just before it goes: see `tx.rs`).
     reads: Vec<tx::PendingRead>,
     resets: Vec<Repr>,
-    /// The eager sends whose frames the ack being handled acknowledged, once per frame (kept
-    /// to reuse its buffer).
-    acked: Vec<ReqId>,
+    /// Eager sends whose acknowledged frames wait for the protocol's look once the stream is
+    /// done with the ack (rx.rs, `on_new_ack`), once per frame, and whether the frame was
+    /// counted off its send already (kept to reuse its buffer).
+    acked: Vec<(ReqId, bool)>,
     rng: rand::rngs::SmallRng,
     last_timer_scan: u64,
     /// When idle peers were last asked for their credit (at most every `credit_idle_ns / 4`).

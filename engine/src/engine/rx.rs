@@ -3,6 +3,7 @@
 //! sequenced frames through the stream's ordering to the message protocol (proto/).
 
 use super::Engine;
+use super::fast;
 use super::peer::PeerState;
 use super::stream::Arrival;
 use crate::copy::CopyEngine;
@@ -197,11 +198,30 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         probe_reply: Option<u16>,
         now: u64,
     ) {
-        let peer = &mut self.peers[p];
-        // A buffer kept across calls: acks are on every frame's path.
-        let mut done = std::mem::take(&mut self.acked);
+        // Each eager frame acknowledged is retired with its send as the stream lets go of it
+        // (fast.rs, `retire_acked`): a standard send done completes there. A send the
+        // protocol must look at (synchronous, rendezvous, not fully queued) waits in
+        // `acked` until the stream is done, and so does every frame behind it (completions
+        // stay in frame order).
+        let Engine {
+            peers,
+            reqs,
+            completions,
+            copy,
+            stats,
+            acked,
+            cfg,
+            ..
+        } = self;
+        let peer = &mut peers[p];
         peer.stream
-            .on_ack(ack, sack, probe_reply, now, self.cfg.rto_min_ns, &mut done);
+            .on_ack(ack, sack, probe_reply, now, cfg.rto_min_ns, &mut |id| {
+                if !acked.is_empty() {
+                    acked.push((id, false));
+                } else if fast::retire_acked(reqs, completions, copy, stats, id) {
+                    acked.push((id, true));
+                }
+            });
         if peer.stream.has_tx() {
             self.mark_active(p);
         }
@@ -209,10 +229,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.flush_waiting(p);
             self.mark_active(p);
         }
-        for id in done.drain(..) {
-            self.frame_acked(id);
+        if !self.acked.is_empty() {
+            let mut later = std::mem::take(&mut self.acked);
+            for (id, counted) in later.drain(..) {
+                let Engine {
+                    reqs,
+                    completions,
+                    copy,
+                    stats,
+                    ..
+                } = self;
+                if counted || fast::retire_acked(reqs, completions, copy, stats, id) {
+                    self.try_finish_send(id);
+                }
+            }
+            self.acked = later;
         }
-        self.acked = done;
     }
 
     /// A sequenced frame: delivered if next in order (with those held behind it), held if

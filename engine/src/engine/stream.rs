@@ -128,16 +128,16 @@ pub(super) struct Sample {
 }
 
 impl Sample {
-    /// Frame `d` is newly acknowledged: its eager send's request goes to `done`.
+    /// Frame `d` is newly acknowledged: its eager send's request is handed to `done`.
     #[inline]
-    fn newly_acked(&mut self, d: &TxDesc, done: &mut Vec<ReqId>) {
+    fn newly_acked(&mut self, d: &TxDesc, done: &mut impl FnMut(ReqId)) {
         if d.retries == 0 && d.first_sent >= self.since {
             self.newest = Some(self.newest.map_or(d.first_sent, |t| t.max(d.first_sent)));
         }
         if matches!(d.kind, Kind::Eager | Kind::Small)
             && let Some(id) = d.req
         {
-            done.push(id);
+            done(id);
         }
     }
 }
@@ -343,8 +343,9 @@ impl<F: 'static> Stream<F> {
     // ---- acknowledgements -----------------------------------------------------------------
 
     /// Takes a cumulative ack (every frame before `ack`) and an optional selective ack of the
-    /// frames after it. Appends to `done` the request of each eager frame newly acknowledged
-    /// (its send may complete); the newest frame acknowledged that was sent once feeds the
+    /// frames after it. Hands `done` the request of each eager frame newly acknowledged, in
+    /// sequence order (its send may complete: handled as the frame is retired, with no list
+    /// in between); the newest frame acknowledged that was sent once feeds the
     /// RTT estimate. Frames below the highest selectively acked one are scheduled for
     /// resending. The cost follows what moved: an ack that acknowledges nothing new costs a
     /// comparison, a selective ack its set bits.
@@ -355,7 +356,7 @@ impl<F: 'static> Stream<F> {
         probe_reply: Option<u16>,
         now: u64,
         rto_min_ns: u64,
-        done: &mut Vec<ReqId>,
+        done: &mut impl FnMut(ReqId),
     ) {
         let Some(front) = self.unacked.front() else {
             return;
@@ -377,7 +378,7 @@ impl<F: 'static> Stream<F> {
                     && matches!(d.kind, Kind::Eager | Kind::Small)
                     && let Some(id) = d.req
                 {
-                    done.push(id);
+                    done(id);
                 }
             }
             // The sample: frames are numbered as they are first sent, so the newest sent
@@ -434,7 +435,7 @@ impl<F: 'static> Stream<F> {
         now: u64,
         rto_min_ns: u64,
         sample: &mut Sample,
-        done: &mut Vec<ReqId>,
+        done: &mut impl FnMut(ReqId),
     ) {
         let Some(base) = self.unacked.front().map(|d| d.seq) else {
             return;
@@ -745,17 +746,17 @@ mod tests {
         (s.probe_id, s.last_rto) = (2, 400);
         let mut done = Vec::new();
         // The reply to probe 1: the receiver had seq 0..4 then; 4..8 are on their way.
-        s.on_ack(4, None, Some(1), 500, 1_000_000, &mut done);
+        s.on_ack(4, None, Some(1), 500, 1_000_000, &mut |id| done.push(id));
         assert_eq!(s.unacked.len(), 4, "seq 0..4 acknowledged");
         assert!(
             s.resend.is_empty(),
             "frames sent after probe 1 are not lost"
         );
         // The reply to probe 2 with the same ack: 4..8 were sent before it, so lost.
-        s.on_ack(4, None, Some(2), 600, 1_000_000, &mut done);
+        s.on_ack(4, None, Some(2), 600, 1_000_000, &mut |id| done.push(id));
         assert_eq!(s.resend.iter().copied().collect::<Vec<_>>(), [4, 5, 6, 7]);
         // A second reply does not queue them twice.
-        s.on_ack(4, None, Some(2), 700, 1_000_000, &mut done);
+        s.on_ack(4, None, Some(2), 700, 1_000_000, &mut |id| done.push(id));
         assert_eq!(s.resend.len(), 4);
     }
 
@@ -772,7 +773,7 @@ mod tests {
                 s.unacked[2].retries = 1;
             }
             let mut done = Vec::new();
-            s.on_ack(3, None, None, 1_000, 1_000_000, &mut done);
+            s.on_ack(3, None, None, 1_000, 1_000_000, &mut |id| done.push(id));
             assert!(s.unacked.is_empty());
             assert_eq!(s.rtt.srtt(), want, "last frame retried: {retried_last}");
         }
@@ -781,7 +782,7 @@ mod tests {
         s.queue(TxDesc::new(Kind::Small, 0));
         s.transmit(&mut out, 100, 1024);
         s.last_rto = 150;
-        s.on_ack(1, None, None, 1_000, 1_000_000, &mut Vec::new());
+        s.on_ack(1, None, None, 1_000, 1_000_000, &mut |_| {});
         assert_eq!(s.rtt.srtt(), 0);
     }
 
