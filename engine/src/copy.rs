@@ -146,7 +146,7 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         <Self as CopyEngine<&[u8]>>::write(self, dst, dst_off, src)?;
         Ok(true)
     }
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError> {
         let r = range_of(dst, dst_off, src.len())?;
         let Some(m) = self.mem.slice_mut(dst) else {

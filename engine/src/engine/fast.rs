@@ -17,7 +17,7 @@ use super::Engine;
 use super::endpoint::Endpoints;
 use super::peer::{Peer, PeerState, eager_cost};
 use super::request::{Acked, Requests};
-use super::stream::TxDesc;
+use super::stream::{TakeAcked, TxDesc};
 use super::types::{Completion, MsgInfo, Outcome, ReqId};
 use crate::addr::EndpointAddr;
 use crate::copy::{BufRef, CopyEngine};
@@ -25,6 +25,7 @@ use crate::link::Link;
 use crate::stats::Stats;
 use crate::wire::{self, Kind, MacAddr, SmallHeader};
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// A received [`Kind::Small`] frame (its kind byte says so; everything else is checked
@@ -168,7 +169,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 /// frame fewer to wait for, and a standard send with none left completes here, with one
 /// look at its request. True if the protocol decides (a synchronous or rendezvous send, or
 /// one not fully queued: proto/, `try_finish_send`).
-#[inline]
+#[inline(always)]
 pub(super) fn retire_acked<F, C: CopyEngine<F>>(
     reqs: &mut Requests,
     completions: &mut VecDeque<Completion>,
@@ -188,6 +189,32 @@ pub(super) fn retire_acked<F, C: CopyEngine<F>>(
                 result: Ok(Outcome::Sent),
             });
             false
+        }
+    }
+}
+
+/// Retires the eager frames an ack acknowledges with their sends, as the stream lets go of
+/// them (rx.rs, `on_new_ack`; the engine's fields borrowed apart from the peer's stream). A
+/// send the protocol must look at waits in `later` (counted off), and once anything waits
+/// there, so does every frame after it (not counted off yet): completions keep the frames'
+/// order.
+pub(super) struct Retire<'a, F, C> {
+    pub(super) reqs: &'a mut Requests,
+    pub(super) completions: &'a mut VecDeque<Completion>,
+    pub(super) copy: &'a mut C,
+    pub(super) stats: &'a mut Stats,
+    pub(super) later: &'a mut Vec<(ReqId, bool)>,
+    /// The link's frame type (the copy engine's parameter).
+    pub(super) frame: PhantomData<fn(F)>,
+}
+
+impl<F, C: CopyEngine<F>> TakeAcked for Retire<'_, F, C> {
+    #[inline(always)]
+    fn take(&mut self, id: ReqId) {
+        if !self.later.is_empty() {
+            self.later.push((id, false));
+        } else if retire_acked(self.reqs, self.completions, self.copy, self.stats, id) {
+            self.later.push((id, true));
         }
     }
 }

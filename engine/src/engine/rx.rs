@@ -199,7 +199,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         now: u64,
     ) {
         // Each eager frame acknowledged is retired with its send as the stream lets go of it
-        // (fast.rs, `retire_acked`): a standard send done completes there. A send the
+        // (fast.rs, `Retire`): a standard send done completes there. A send the
         // protocol must look at (synchronous, rendezvous, not fully queued) waits in
         // `acked` until the stream is done, and so does every frame behind it (completions
         // stay in frame order).
@@ -214,14 +214,21 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ..
         } = self;
         let peer = &mut peers[p];
-        peer.stream
-            .on_ack(ack, sack, probe_reply, now, cfg.rto_min_ns, &mut |id| {
-                if !acked.is_empty() {
-                    acked.push((id, false));
-                } else if fast::retire_acked(reqs, completions, copy, stats, id) {
-                    acked.push((id, true));
-                }
-            });
+        peer.stream.on_ack(
+            ack,
+            sack,
+            probe_reply,
+            now,
+            cfg.rto_min_ns,
+            &mut fast::Retire {
+                reqs,
+                completions,
+                copy,
+                stats,
+                later: acked,
+                frame: std::marker::PhantomData,
+            },
+        );
         if peer.stream.has_tx() {
             self.mark_active(p);
         }

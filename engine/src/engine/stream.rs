@@ -120,6 +120,18 @@ impl Rtt {
     }
 }
 
+/// Takes the request of each eager frame an ack acknowledges, as the stream retires the
+/// frame (a trait, not a closure: the engine's taker is always inlined into the ack's walk).
+pub(super) trait TakeAcked {
+    fn take(&mut self, id: ReqId);
+}
+
+impl TakeAcked for Vec<ReqId> {
+    fn take(&mut self, id: ReqId) {
+        self.push(id);
+    }
+}
+
 /// What an ack's newly acknowledged frames give the RTT estimate: the newest first
 /// transmission among them sent after the last timeout.
 pub(super) struct Sample {
@@ -130,14 +142,14 @@ pub(super) struct Sample {
 impl Sample {
     /// Frame `d` is newly acknowledged: its eager send's request is handed to `done`.
     #[inline]
-    fn newly_acked(&mut self, d: &TxDesc, done: &mut impl FnMut(ReqId)) {
+    fn newly_acked(&mut self, d: &TxDesc, done: &mut impl TakeAcked) {
         if d.retries == 0 && d.first_sent >= self.since {
             self.newest = Some(self.newest.map_or(d.first_sent, |t| t.max(d.first_sent)));
         }
         if matches!(d.kind, Kind::Eager | Kind::Small)
             && let Some(id) = d.req
         {
-            done(id);
+            done.take(id);
         }
     }
 }
@@ -356,7 +368,7 @@ impl<F: 'static> Stream<F> {
         probe_reply: Option<u16>,
         now: u64,
         rto_min_ns: u64,
-        done: &mut impl FnMut(ReqId),
+        done: &mut impl TakeAcked,
     ) {
         let Some(front) = self.unacked.front() else {
             return;
@@ -378,7 +390,7 @@ impl<F: 'static> Stream<F> {
                     && matches!(d.kind, Kind::Eager | Kind::Small)
                     && let Some(id) = d.req
                 {
-                    done(id);
+                    done.take(id);
                 }
             }
             // The sample: frames are numbered as they are first sent, so the newest sent
@@ -435,7 +447,7 @@ impl<F: 'static> Stream<F> {
         now: u64,
         rto_min_ns: u64,
         sample: &mut Sample,
-        done: &mut impl FnMut(ReqId),
+        done: &mut impl TakeAcked,
     ) {
         let Some(base) = self.unacked.front().map(|d| d.seq) else {
             return;
@@ -746,17 +758,17 @@ mod tests {
         (s.probe_id, s.last_rto) = (2, 400);
         let mut done = Vec::new();
         // The reply to probe 1: the receiver had seq 0..4 then; 4..8 are on their way.
-        s.on_ack(4, None, Some(1), 500, 1_000_000, &mut |id| done.push(id));
+        s.on_ack(4, None, Some(1), 500, 1_000_000, &mut done);
         assert_eq!(s.unacked.len(), 4, "seq 0..4 acknowledged");
         assert!(
             s.resend.is_empty(),
             "frames sent after probe 1 are not lost"
         );
         // The reply to probe 2 with the same ack: 4..8 were sent before it, so lost.
-        s.on_ack(4, None, Some(2), 600, 1_000_000, &mut |id| done.push(id));
+        s.on_ack(4, None, Some(2), 600, 1_000_000, &mut done);
         assert_eq!(s.resend.iter().copied().collect::<Vec<_>>(), [4, 5, 6, 7]);
         // A second reply does not queue them twice.
-        s.on_ack(4, None, Some(2), 700, 1_000_000, &mut |id| done.push(id));
+        s.on_ack(4, None, Some(2), 700, 1_000_000, &mut done);
         assert_eq!(s.resend.len(), 4);
     }
 
@@ -773,7 +785,7 @@ mod tests {
                 s.unacked[2].retries = 1;
             }
             let mut done = Vec::new();
-            s.on_ack(3, None, None, 1_000, 1_000_000, &mut |id| done.push(id));
+            s.on_ack(3, None, None, 1_000, 1_000_000, &mut done);
             assert!(s.unacked.is_empty());
             assert_eq!(s.rtt.srtt(), want, "last frame retried: {retried_last}");
         }
@@ -782,7 +794,7 @@ mod tests {
         s.queue(TxDesc::new(Kind::Small, 0));
         s.transmit(&mut out, 100, 1024);
         s.last_rto = 150;
-        s.on_ack(1, None, None, 1_000, 1_000_000, &mut |_| {});
+        s.on_ack(1, None, None, 1_000, 1_000_000, &mut Vec::new());
         assert_eq!(s.rtt.srtt(), 0);
     }
 
