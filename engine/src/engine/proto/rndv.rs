@@ -274,6 +274,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         *got += r.length as u64;
+        let all = *got >= *want;
         rr.received += r.length as u64;
         let buf = rr.buf;
         let msgs = &mut self.peers[p].msgs;
@@ -287,8 +288,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 r.offset,
             );
         }
-        self.maybe_finish_pull(id);
-        self.pump_pulls(p);
+        // Per frame of bulk data, only what can have changed: the receive is done once its
+        // last byte is in, and blocks are asked for only while receives wait to ask.
+        if all {
+            self.maybe_finish_pull(id);
+        }
+        if !self.pull_wait.is_empty() {
+            self.pump_pulls(p);
+        }
     }
 
     /// The receiver has the whole message: the send completes. Flagged NO_ENDPOINT: no
