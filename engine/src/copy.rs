@@ -63,6 +63,13 @@ pub trait CopyEngine<F> {
         }
         Ok(())
     }
+    /// Whether a burst's rendezvous payloads are better read together, by
+    /// [`CopyEngine::read_vectored`] once the burst is built (a copier whose every read has a
+    /// fixed cost, such as a system call into another process), than each as its frame is
+    /// built (a copier that reads memory directly: the batching would only add work).
+    fn reads_in_batches(&self) -> bool {
+        true
+    }
     /// Appends the outcome of each queued copy finished since the last call, in submission
     /// order (a failure fails only the receive that copy belonged to).
     fn poll_completed(&mut self, done: &mut Vec<Result<(), CopyError>>);
@@ -172,6 +179,10 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         Ok(())
     }
     fn poll_completed(&mut self, _done: &mut Vec<Result<(), CopyError>>) {}
+    // A read is a copy within this process: nothing to save by reading a burst together.
+    fn reads_in_batches(&self) -> bool {
+        false
+    }
     fn copied_bytes(&self) -> (u64, u64) {
         (0, self.bytes)
     }

@@ -354,10 +354,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     return Emit::NoBuffer;
                 };
                 // Rendezvous data is read with the rest of the burst, unless the checksum
-                // must cover it (it is filled here, over what is read).
+                // must cover it (it is filled here, over what is read) or the copier reads
+                // as cheaply frame by frame.
                 if let (Some(sb), Some(req)) = (src, d.req)
                     && d.kind == Kind::PullData
                     && !self.payload_ck
+                    && self.copy.reads_in_batches()
                 {
                     self.reads.push(PendingRead {
                         frame: self.tx.len(),
