@@ -82,6 +82,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// fill the frame window the sender may have in flight to us (less and the pipe drains
     /// between blocks: the sender idles while its window has room), at least
     /// `pull_outstanding` blocks. More would only queue at the sender.
+    #[inline]
     fn pull_budget(&self, p: usize) -> u64 {
         let conn = &self.peers[p].conn;
         let frames = self.cfg.window.min(conn.remote_window) as usize;
@@ -95,6 +96,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// Asks peer `p` for blocks while its pull budget has room, for its oldest pulling
     /// receive first: messages from one peer are pulled one after another, not all at once.
+    /// The check is in line (it runs for every frame of pulled data while a receive waits to
+    /// ask), the asking out of line.
+    #[inline]
     pub(in crate::engine) fn pump_pulls(&mut self, p: usize) {
         if self.pull_wait.is_empty() {
             return;
@@ -104,6 +108,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if inflight > 0 && inflight + self.cfg.pull_block as u64 > budget {
             return;
         }
+        self.ask_blocks(p, budget);
+    }
+
+    /// Asks peer `p` for blocks while its pull `budget` has room (`pump_pulls`).
+    #[inline(never)]
+    fn ask_blocks(&mut self, p: usize, budget: u64) {
         let mut i = 0;
         while let Some(&id) = self.pull_wait.get(i) {
             match self.ask_block(id, p, budget) {
@@ -289,13 +299,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             );
         }
         // Per frame of bulk data, only what can have changed: the receive is done once its
-        // last byte is in, and blocks are asked for only while receives wait to ask.
+        // last byte is in; more blocks are asked for once the budget has room (the check in
+        // line: `pump_pulls`).
         if all {
             self.maybe_finish_pull(id);
         }
-        if !self.pull_wait.is_empty() {
-            self.pump_pulls(p);
-        }
+        self.pump_pulls(p);
     }
 
     /// The receiver has the whole message: the send completes. Flagged NO_ENDPOINT: no
