@@ -308,6 +308,19 @@ fn be32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
     u32::from_be_bytes(b[r].try_into().expect("4"))
 }
 
+/// Field `r` of a full header (`N` bytes: the range's length; in line, with a constant range
+/// the index is checked at compile time).
+#[inline(always)]
+fn get<const N: usize>(b: &[u8; OVERHEAD], r: core::ops::Range<usize>) -> [u8; N] {
+    b[r].try_into().expect("a field's width")
+}
+
+/// Writes field `r` of a full header (see [`get`]).
+#[inline(always)]
+fn put<const N: usize>(b: &mut [u8; OVERHEAD], r: core::ops::Range<usize>, v: [u8; N]) {
+    b[r].copy_from_slice(&v);
+}
+
 /// A checked view over a whole frame (Ethernet header included).
 ///
 /// Field getters never panic once [`Frame::new_checked`] succeeded; setters need a buffer of at
@@ -581,26 +594,34 @@ impl Repr {
                 ..Repr::default()
             });
         }
+        // One length check for the whole header (a checked frame of this kind holds it),
+        // none per field: this runs for every frame of a large message.
+        let b: &[u8; OVERHEAD] = f
+            .buf
+            .as_ref()
+            .get(..OVERHEAD)
+            .and_then(|h| h.try_into().ok())
+            .ok_or(Error::Truncated)?;
         let r = Repr {
-            dst_mac: f.dst_mac(),
-            src_mac: f.src_mac(),
+            dst_mac: MacAddr(get(b, field::DST_MAC)),
+            src_mac: MacAddr(get(b, field::SRC_MAC)),
             kind: Some(kind),
-            flags: f.flags(),
-            dst_ep: f.dst_ep(),
-            src_ep: f.src_ep(),
-            src_session: f.src_session(),
-            dst_session: f.dst_session(),
-            seq: f.seq(),
-            ack: f.ack(),
-            msg_id: f.msg_id(),
-            src_rank: f.src_rank(),
-            frag_index: f.frag_index(),
-            frag_count: f.frag_count(),
-            length: f.length(),
-            credit: f.credit(),
-            match_bits: f.match_bits(),
-            offset: f.offset(),
-            total: f.total(),
+            flags: u16::from_be_bytes(get(b, field::FLAGS)),
+            dst_ep: u16::from_be_bytes(get(b, field::DST_EP)),
+            src_ep: u16::from_be_bytes(get(b, field::SRC_EP)),
+            src_session: u32::from_be_bytes(get(b, field::SRC_SESSION)),
+            dst_session: u32::from_be_bytes(get(b, field::DST_SESSION)),
+            seq: u32::from_be_bytes(get(b, field::SEQ)),
+            ack: u32::from_be_bytes(get(b, field::ACK)),
+            msg_id: u32::from_be_bytes(get(b, field::MSG_ID)),
+            src_rank: u32::from_be_bytes(get(b, field::SRC_RANK)),
+            frag_index: u32::from_be_bytes(get(b, field::FRAG_INDEX)),
+            frag_count: u32::from_be_bytes(get(b, field::FRAG_COUNT)),
+            length: u32::from_be_bytes(get(b, field::LENGTH)),
+            credit: u32::from_be_bytes(get(b, field::CREDIT)),
+            match_bits: u64::from_be_bytes(get(b, field::MATCH_BITS)),
+            offset: u64::from_be_bytes(get(b, field::OFFSET)),
+            total: u64::from_be_bytes(get(b, field::TOTAL)),
             tag: 0,
         };
         if r.src_session == 0 {
@@ -660,30 +681,34 @@ impl Repr {
                 self.credit,
             );
         }
-        let mut f = Frame::new_unchecked(&mut *buf);
-        f.set_dst_mac(self.dst_mac);
-        f.set_src_mac(self.src_mac);
-        f.set_ethertype(ETHERTYPE);
-        f.set_version(VERSION);
-        f.set_kind(self.kind.unwrap_or(Kind::Ack));
-        f.set_flags(self.flags);
-        f.set_dst_ep(self.dst_ep);
-        f.set_src_ep(self.src_ep);
-        f.set_src_session(self.src_session);
-        f.set_dst_session(self.dst_session);
-        f.set_seq(self.seq);
-        f.set_ack(self.ack);
-        f.set_msg_id(self.msg_id);
-        f.set_src_rank(self.src_rank);
-        f.set_frag_index(self.frag_index);
-        f.set_frag_count(self.frag_count);
-        f.set_length(self.length);
-        f.set_credit(self.credit);
-        f.set_match_bits(self.match_bits);
-        f.set_offset(self.offset);
-        f.set_total(self.total);
-        f.set_checksum(0);
-        f.set_reserved(0);
+        // One length check for the whole header, none per field (every frame of a large
+        // message is built here).
+        let b: &mut [u8; OVERHEAD] = (&mut buf[..OVERHEAD])
+            .try_into()
+            .expect("a header's length");
+        put(b, field::DST_MAC, self.dst_mac.0);
+        put(b, field::SRC_MAC, self.src_mac.0);
+        put(b, field::ETHERTYPE, ETHERTYPE.to_be_bytes());
+        b[field::VERSION] = VERSION;
+        b[field::KIND] = self.kind.unwrap_or(Kind::Ack) as u8;
+        put(b, field::FLAGS, self.flags.to_be_bytes());
+        put(b, field::DST_EP, self.dst_ep.to_be_bytes());
+        put(b, field::SRC_EP, self.src_ep.to_be_bytes());
+        put(b, field::SRC_SESSION, self.src_session.to_be_bytes());
+        put(b, field::DST_SESSION, self.dst_session.to_be_bytes());
+        put(b, field::SEQ, self.seq.to_be_bytes());
+        put(b, field::ACK, self.ack.to_be_bytes());
+        put(b, field::MSG_ID, self.msg_id.to_be_bytes());
+        put(b, field::SRC_RANK, self.src_rank.to_be_bytes());
+        put(b, field::FRAG_INDEX, self.frag_index.to_be_bytes());
+        put(b, field::FRAG_COUNT, self.frag_count.to_be_bytes());
+        put(b, field::LENGTH, self.length.to_be_bytes());
+        put(b, field::CREDIT, self.credit.to_be_bytes());
+        put(b, field::MATCH_BITS, self.match_bits.to_be_bytes());
+        put(b, field::OFFSET, self.offset.to_be_bytes());
+        put(b, field::TOTAL, self.total.to_be_bytes());
+        put(b, field::CHECKSUM, [0; 4]);
+        put(b, field::RESERVED, [0; 4]);
         Self::pad(buf, OVERHEAD + self.length as usize)
     }
 
