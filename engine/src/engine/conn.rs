@@ -27,7 +27,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.peers[p] = Peer::new(mac, frag);
             p
         } else {
+            let cap = self.peers.capacity();
             self.peers.push(Peer::new(mac, frag));
+            if self.peers.capacity() != cap {
+                // A large table is read at random (a peer per message): on huge pages its
+                // misses cost no TLB miss on top.
+                tigon_shm::mem::advise_huge(&self.peers);
+            }
             self.peers.len() - 1
         };
         let peers = &self.peers;
