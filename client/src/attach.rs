@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tigon_engine::EndpointAddr;
 use tigon_engine::channel::Channel;
-use tigon_shm::Region;
 use tigon_shm::wake::EventFd;
+use tigon_shm::{ReadOnlyRegion, Region};
 
 /// The scheduler slice asked for by attaching threads (EEVDF's minimum is 100 µs).
 const SCHED_SLICE_NS: u64 = 100_000;
@@ -42,17 +42,18 @@ impl Client {
         let (n, fds) = tigon_shm::sock::recv_with_fds(&sock, &mut buf)
             .map_err(|e| err(format!("reading reply: {e}")))?;
         let mut fds = fds.into_iter();
-        let (fd, bell) = (fds.next(), fds.next());
+        let (fd, bell, rx_fd) = (fds.next(), fds.next(), fds.next());
         let text = std::str::from_utf8(&buf[..n]).map_err(|_| err("reply not UTF-8".into()))?;
         let reply: Reply = serde_json::from_str(text.trim())
             .map_err(|e| err(format!("bad reply `{text}`: {e}")))?;
-        let (address, region_len, agent_pid, eager_limit) = match reply {
+        let (address, region_len, agent_pid, eager_limit, rx_len) = match reply {
             Reply::Attached {
                 address,
                 region_len,
                 agent_pid,
                 eager_limit,
-            } => (address, region_len, agent_pid, eager_limit),
+                rx_len,
+            } => (address, region_len, agent_pid, eager_limit, rx_len),
             Reply::Error { message } => return Err(err(message)),
             r => return Err(err(format!("unexpected reply {r:?}"))),
         };
@@ -61,6 +62,12 @@ impl Client {
         let region = Region::from_fd(fd, region_len as usize)
             .map_err(|e| err(format!("mapping the channel: {e}")))?;
         let ch = Channel::open(Arc::new(region)).map_err(|e| err(e.to_string()))?;
+        // The node's receive memory, read-only: without it every payload comes through a
+        // data buffer (one more copy in the agent), nothing else changes.
+        let rx = match rx_fd {
+            Some(fd) if rx_len > 0 => ReadOnlyRegion::from_fd(fd, rx_len as usize).ok(),
+            _ => None,
+        };
         let addr: EndpointAddr = address.parse().map_err(err)?;
         // Let the agent read and write our buffers for large messages.
         tigon_shm::remote::allow_ptracer(agent_pid)
@@ -71,7 +78,7 @@ impl Client {
         // Best effort: older kernels or seccomp filters refuse it, and nothing else changes.
         let _ = tigon_shm::wake::set_sched_slice_ns(SCHED_SLICE_NS);
         Ok(Client::new(
-            Inner::new(ch, bell, sock),
+            Inner::new(ch, bell, sock, rx),
             addr,
             address,
             eager_limit,

@@ -327,6 +327,10 @@ impl Client {
         {
             d.data_idx = di;
             d.len = cap;
+            if lease && g.rx.is_some() {
+                // The payload may stay in the frame it arrived in, which we read there.
+                d.flags |= tigon_engine::channel::FLAG_LEASE;
+            }
             let r = g.submit(
                 d,
                 Pending::Recv {

@@ -55,6 +55,9 @@ pub enum Done {
 pub struct Lease {
     pub(crate) di: u32,
     pub(crate) len: u64,
+    /// The payload is not in the data buffer but in a frame the agent lent: (lease, offset
+    /// in its receive memory).
+    pub(crate) rx: Option<(u32, u64)>,
 }
 
 impl Lease {

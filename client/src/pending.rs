@@ -10,6 +10,7 @@ use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 use tigon_engine::channel::{self, Channel, Desc, Op, status};
+use tigon_shm::ReadOnlyRegion;
 use tigon_shm::wake::EventFd;
 
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
@@ -50,11 +51,18 @@ pub(crate) struct Inner {
     pub(crate) dead: Option<String>,
     pub(crate) last_check: Instant,
     pub(crate) ready: VecDeque<Notified>,
+    /// The node's receive memory, mapped read-only: payloads of frames the agent lends.
+    pub(crate) rx: Option<ReadOnlyRegion>,
 }
 
 impl Inner {
     /// A fresh client state over `ch`: every descriptor and data buffer free.
-    pub(crate) fn new(ch: Channel, bell: EventFd, sock: UnixStream) -> Inner {
+    pub(crate) fn new(
+        ch: Channel,
+        bell: EventFd,
+        sock: UnixStream,
+        rx: Option<ReadOnlyRegion>,
+    ) -> Inner {
         let geo = ch.geo;
         Inner {
             free_desc: (0..geo.n_desc).rev().collect(),
@@ -74,6 +82,7 @@ impl Inner {
             dead: None,
             last_check: Instant::now(),
             ready: VecDeque::new(),
+            rx,
         }
     }
 
@@ -152,17 +161,26 @@ impl Inner {
             _ => return Ok(0),
         }
         let mut n = 0;
-        let copied = match dst {
-            Some(dst) => {
+        let copied = match (dst, lease.rx, &self.rx) {
+            // Straight from the frame the agent lent (one copy in all on this side).
+            (Some(dst), Some((_, off)), Some(rx)) => {
+                n = dst.len().min(lease.len as usize);
+                rx.read(off as usize, &mut dst[..n]).map_err(io_err)
+            }
+            (Some(dst), None, _) => {
                 n = dst.len().min(lease.len as usize);
                 self.ch
                     .data_offset(di)
                     .and_then(|off| self.ch.region.read(off, &mut dst[..n]))
                     .map_err(io_err)
             }
-            None => Ok(()),
+            _ => Ok(()),
         };
         self.free_data.push(di);
+        if let Some((id, _)) = lease.rx {
+            // The frame goes back to the agent (its ring holds every lease we can hold).
+            let _ = self.ch.leases.push(id);
+        }
         copied?;
         self.ch.count_client_copy(n as u64);
         Ok(n)
@@ -290,14 +308,16 @@ impl Inner {
                 },
                 status::OK,
             ) => {
-                // Left where the engine put it: the caller copies it once, into its buffer.
+                // Left where the engine put it (its data buffer, or the frame it arrived in
+                // when the agent lent it): the caller copies it once, into its buffer.
                 let len = d.received.min(self.ch.geo.data_size as u64);
                 if let Some(l) = self.leased.get_mut(*di as usize) {
                     *l = true;
                 }
+                let rx = (d.lease != 0).then(|| (d.lease - 1, d.lease_off));
                 Ok(Done::ReceivedInChannel {
                     status: st.clone(),
-                    lease: crate::ops::Lease { di: *di, len },
+                    lease: crate::ops::Lease { di: *di, len, rx },
                 })
             }
             (Pending::Recv { data, keep, .. }, status::OK) => {

@@ -23,6 +23,10 @@ pub enum Reply {
         agent_pid: i32,
         /// Messages up to this size go eagerly (the agent's rendezvous threshold).
         eager_limit: u64,
+        /// Bytes of the node's receive memory, passed as a third fd for the client to map
+        /// read-only (0: none; received payloads then always come through data buffers).
+        #[serde(default)]
+        rx_len: u64,
     },
     Stats {
         stats: serde_json::Value,

@@ -43,6 +43,14 @@ pub trait CopyEngine<F> {
         dst: &BufRef,
         dst_off: u64,
     ) -> Result<bool, CopyError>;
+    /// Lends `frame`, whose `range` holds a whole message, to the owner of receive buffer
+    /// `dst`, who reads the payload where it lies instead of having it copied into `dst`
+    /// (the agent's ranks map its receive memory read-only and give the frame back when
+    /// done). `Ok(())`: lent, the receive is complete and `dst` untouched; `Err(frame)`:
+    /// not (the caller copies it).
+    fn lend(&mut self, frame: F, _range: Range<usize>, _dst: &BufRef) -> Result<(), F> {
+        Err(frame)
+    }
     /// Synchronously writes `src` into `dst` at `dst_off` (unexpected-message delivery).
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError>;
     /// Synchronously reads from `src` at `src_off` into `out` (building transmit frames).

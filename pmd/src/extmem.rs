@@ -286,7 +286,7 @@ impl ExtMem {
     }
 
     /// (address, iova, len) pieces contiguous in IO space, for rte_dev_dma_map.
-    pub(crate) fn dma_chunks(&self) -> Vec<(*mut c_void, u64, usize)> {
+    pub fn dma_chunks(&self) -> Vec<(*mut c_void, u64, usize)> {
         let mut out: Vec<(*mut c_void, u64, usize)> = Vec::new();
         for (i, &iova) in self.iovas.iter().enumerate() {
             // SAFETY: i * page_size < len.

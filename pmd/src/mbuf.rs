@@ -430,9 +430,12 @@ unsafe extern "C" fn ext_free(_addr: *mut c_void, opaque: *mut c_void) {
     }
 }
 
+/// Whether segment `s` points at an external buffer attached to it (`attach_extbuf`: shared
+/// memory others may map, never written through an mbuf). The data rooms of a pool made over
+/// external memory (`Mempool::with_external_data`) are the pool's own and writable.
 fn seg_external(s: *mut sys::rte_mbuf) -> bool {
-    // SAFETY: s is a valid segment.
-    unsafe { sys::tigon_mbuf_ol_flags(s) & sys::TIGON_MBUF_F_EXTERNAL != 0 }
+    // SAFETY: s is a valid segment (its pool pointer is valid for a pool-backed mbuf).
+    unsafe { sys::tigon_mbuf_ext_attached(s) != 0 }
 }
 
 fn seg_slice<'a>(s: *mut sys::rte_mbuf) -> &'a [u8] {

@@ -25,6 +25,9 @@ struct Inner {
     name: String,
     size: u32,
     eal: Eal,
+    /// The memory holding the mbufs' data, when not DPDK's (`with_external_data`): freed
+    /// after the pool (fields drop after `Drop::drop`).
+    ext: Option<Arc<ExtMem>>,
 }
 
 // SAFETY: DPDK mempools (default ring ops, multi-producer/multi-consumer) are thread-safe.
@@ -45,6 +48,8 @@ impl Drop for Inner {
                 self.name
             );
             std::mem::forget(self.eal.clone());
+            // The data of those mbufs stays mapped too.
+            std::mem::forget(self.ext.take());
             return;
         }
         // SAFETY: no mbuf of this pool is in use and no port references it any more (ports
@@ -112,8 +117,91 @@ impl Mempool {
                 name: name.to_string(),
                 size,
                 eal: eal.clone(),
+                ext: None,
             }),
         })
+    }
+
+    /// A pool of `size` mbufs whose data rooms (`data_room` bytes each, headroom included)
+    /// lie in `mem` rather than in DPDK's memory (`rte_pktmbuf_pool_create_extbuf`): whoever
+    /// maps `mem` sees the frames received into them. `mem` must hold `size` data rooms in
+    /// runs contiguous in IO space (its whole length with IOVA-as-VA, each hugepage with
+    /// physical addresses). The pool keeps `mem` alive.
+    pub fn with_external_data(
+        eal: &Eal,
+        name: &str,
+        size: u32,
+        data_room: u16,
+        mem: &Arc<ExtMem>,
+    ) -> Result<Mempool> {
+        if name.is_empty() || name.len() > MAX_NAME_LEN || size == 0 || data_room <= HEADROOM {
+            return Err(Error::InvalidArgument(format!(
+                "mempool `{name}`: name of 1..={MAX_NAME_LEN} bytes, size > 0 and a data room \
+                 over the {HEADROOM}-byte headroom needed"
+            )));
+        }
+        let elt = data_room.next_multiple_of(64);
+        // One piece per run of the region contiguous in IO space (with physical addresses,
+        // a hugepage each): a data room never straddles two.
+        let mut ext = Vec::new();
+        let mut fits = 0usize;
+        for (va, iova, len) in mem.dma_chunks() {
+            let n = len / elt as usize;
+            if n == 0 {
+                continue;
+            }
+            ext.push(sys::rte_pktmbuf_extmem {
+                buf_ptr: va,
+                buf_iova: iova,
+                buf_len: n * elt as usize,
+                elt_size: elt,
+            });
+            fits += n;
+        }
+        if fits < size as usize {
+            return Err(Error::InvalidArgument(format!(
+                "mempool `{name}`: the region holds {fits} data rooms of {elt} B in runs \
+                 contiguous in IO space, not {size}"
+            )));
+        }
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))?;
+        let cache = if size >= 4096 { 256 } else { 0 };
+        // SAFETY: the EAL is initialised; each piece of `ext` lies in `mem`, registered with
+        // DPDK and kept mapped by the pool (`Inner::ext`) until the pool is freed.
+        let mp = unsafe {
+            sys::rte_pktmbuf_pool_create_extbuf(
+                cname.as_ptr(),
+                size,
+                cache,
+                0,
+                data_room,
+                sys::rte_socket_id() as i32,
+                ext.as_ptr(),
+                ext.len() as u32,
+            )
+        };
+        let mp = NonNull::new(mp).ok_or_else(|| {
+            Error::dpdk(
+                format!("creating mempool `{name}` ({size} mbufs of {data_room} B in a region)"),
+                -1,
+            )
+        })?;
+        Ok(Mempool {
+            inner: Arc::new(Inner {
+                mp,
+                name: name.to_string(),
+                size,
+                eal: eal.clone(),
+                ext: Some(Arc::clone(mem)),
+            }),
+        })
+    }
+
+    /// The region holding the mbufs' data, for a pool made by
+    /// [`Mempool::with_external_data`].
+    pub fn external_data(&self) -> Option<&Arc<ExtMem>> {
+        self.inner.ext.as_ref()
     }
 
     /// The pool's name.

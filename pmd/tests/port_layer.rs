@@ -414,3 +414,45 @@ fn external_buffer_outlives_its_owner_and_returns_a_whole_mbuf() {
         assert_eq!(m.to_vec(), pattern(room, i as u8));
     }
 }
+
+/// A pool whose data rooms lie in a region: its mbufs' bytes are in the region (as another
+/// process mapping it sees them), writable through the mbufs, and the pool keeps the region
+/// until it is gone.
+#[test]
+fn pool_with_external_data_keeps_its_frames_in_the_region() {
+    let eal = eal();
+    let mem = ExtMem::new(&eal, 4 << 20).expect("region");
+    let p = Mempool::with_external_data(&eal, "ext_rx", 255, DEFAULT_DATA_ROOM, &mem)
+        .expect("pool over the region");
+    assert!(Arc::ptr_eq(p.external_data().expect("its region"), &mem));
+    assert!(
+        Mempool::with_external_data(&eal, "ext_big", 1 << 16, DEFAULT_DATA_ROOM, &mem).is_err(),
+        "more data rooms than the region holds"
+    );
+    let bytes = pattern(1500, 3);
+    let base = mem.as_ptr() as usize;
+    let mut all = Vec::new();
+    for _ in 0..255 {
+        let mut r = p.alloc().expect("alloc from the region's pool");
+        r.append(1500)
+            .expect("the pool's own memory is writable")
+            .copy_from_slice(&bytes);
+        let at = r.data().as_ptr() as usize;
+        assert!(
+            at >= base && at + 1500 <= base + mem.len(),
+            "data in the region"
+        );
+        let mut seen = vec![0u8; 1500];
+        mem.read_at(at - base, &mut seen).unwrap();
+        assert_eq!(seen, bytes, "the region shows the frame");
+        all.push(r);
+    }
+    assert!(p.alloc().is_err(), "255 mbufs");
+    drop(all);
+    assert_eq!(p.in_use(), 0);
+    let weak = Arc::downgrade(&mem);
+    drop(mem);
+    assert!(weak.upgrade().is_some(), "the pool holds its region");
+    drop(p);
+    assert!(weak.upgrade().is_none(), "freed with the pool");
+}

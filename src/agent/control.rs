@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -13,12 +13,17 @@ use tigon_client::proto::{Reply, Request, VERSION};
 use tigon_engine::channel::{Channel, Geometry};
 use tigon_shm::Region;
 
+/// The engine's answer to an attach: the client's handle, its endpoint's address, and the
+/// node's receive memory for the client to map read-only (fd, bytes), if it may.
+pub type Attached = (u64, String, Option<(OwnedFd, u64)>);
+
 /// What the control thread asks of the engine thread.
 pub enum Cmd {
     Attach {
         ch: Channel,
         pid: i32,
-        reply: Sender<Result<(u64, String), String>>,
+        /// The client's handle, its address, and the receive memory it may map (fd, bytes).
+        reply: Sender<Result<Attached, String>>,
     },
     /// A client by the handle `Attach` returned.
     Detach {
@@ -195,7 +200,7 @@ impl Control {
         if !self.send(Cmd::Attach { ch, pid, reply: tx }) {
             return Err("the engine is shutting down".to_string());
         }
-        let (slot, address) = rx
+        let (slot, address, rx_mem) = rx
             .recv_timeout(Duration::from_secs(30))
             .map_err(|_| "the engine did not answer".to_string())??;
         let reply = Reply::Attached {
@@ -203,10 +208,14 @@ impl Control {
             region_len: region.len() as u64,
             agent_pid: std::process::id() as i32,
             eager_limit: self.eager_limit,
+            rx_len: rx_mem.as_ref().map_or(0, |r| r.1),
         };
         let mut line = serde_json::to_vec(&reply).expect("serialize");
         line.push(b'\n');
-        let fds = [region.fd().as_fd(), self.bell.fd().as_fd()];
+        let mut fds = vec![region.fd().as_fd(), self.bell.fd().as_fd()];
+        if let Some((fd, _)) = &rx_mem {
+            fds.push(fd.as_fd());
+        }
         if let Err(e) = tigon_shm::sock::send_with_fds(s, &line, &fds) {
             self.send(Cmd::Detach { client: slot });
             return Err(format!("passing the channel: {e}"));

@@ -73,6 +73,9 @@ pub struct AgentCopy {
     read_cache: Option<ReadCache>,
     pub dma_errors: u64,
     pub direct_syscalls: u64,
+    /// The receive pool's memory, which clients map read-only: frames received there may be
+    /// lent to them (`lease`).
+    pub rx_mem: Option<Arc<ExtMem>>,
 }
 
 impl AgentCopy {
@@ -89,6 +92,7 @@ impl AgentCopy {
             read_cache: None,
             dma_errors: 0,
             direct_syscalls: 0,
+            rx_mem: None,
         }
     }
 
@@ -313,6 +317,22 @@ impl CopyEngine<RxFrame> for AgentCopy {
                 Ok(())
             }
         }
+    }
+
+    fn lend(&mut self, frame: RxFrame, range: Range<usize>, dst: &BufRef) -> Result<(), RxFrame> {
+        // Only a frame whose bytes lie in the receive memory the clients map.
+        let Some(rx) = &self.rx_mem else {
+            return Err(frame);
+        };
+        let RxFrame::Mbuf(m) = &frame else {
+            return Err(frame);
+        };
+        let base = rx.as_ptr() as usize;
+        let at = m.data().as_ptr() as usize + range.start;
+        if at < base || at + range.len() > base + rx.len() || range.end > m.data().len() {
+            return Err(frame);
+        }
+        self.clients.lend(dst, frame, (at - base) as u64)
     }
 
     fn tx_ref(&self, src: &BufRef, off: u64, len: usize) -> Option<TxRef<'_>> {

@@ -25,14 +25,20 @@ pub struct NodePlane {
     pub link: PortLink,
     pub mac: MacAddr,
     pub dma: Option<DmaDev>,
+    /// The receive pool's memory when ranks may map it (see `shared_rx_pool`).
+    pub rx_mem: Option<std::sync::Arc<ExtMem>>,
 }
 
 /// Initialises the EAL and opens each node's port and dmadev.
 pub fn bring_up(nodes: &[NodePlan]) -> Result<Dataplane, String> {
     let eal = start_eal(nodes)?;
+    // memif's zero-copy mode offers its peer every DPDK memory segment of the process when
+    // it connects, and cannot offer external memory (it has no fd for it): no node of this
+    // process registers its receive memory before then if any port runs that mode.
+    let shared_rx = !nodes.iter().any(|n| memif_zero_copy(&n.settings.devargs));
     let mut planes = Vec::with_capacity(nodes.len());
     for (i, n) in nodes.iter().enumerate() {
-        let plane = open_node(&eal, i, &n.args, &n.settings).map_err(|e| {
+        let plane = open_node(&eal, i, &n.args, &n.settings, shared_rx).map_err(|e| {
             if nodes.len() > 1 {
                 format!("node {i}: {e}")
             } else {
@@ -45,7 +51,13 @@ pub fn bring_up(nodes: &[NodePlan]) -> Result<Dataplane, String> {
 }
 
 /// Node `i`'s pools, port (opened in its network namespace) and dmadev.
-fn open_node(eal: &Eal, i: usize, a: &AgentArgs, s: &Settings) -> Result<NodePlane, String> {
+fn open_node(
+    eal: &Eal,
+    i: usize,
+    a: &AgentArgs,
+    s: &Settings,
+    shared_rx: bool,
+) -> Result<NodePlane, String> {
     let room = if s.mtu > 1500 {
         JUMBO_DATA_ROOM
     } else {
@@ -59,7 +71,14 @@ fn open_node(eal: &Eal, i: usize, a: &AgentArgs, s: &Settings) -> Result<NodePla
             format!("tigon_{what}{i}")
         }
     };
-    let rx_pool = Mempool::new(eal, &name("rx"), 8191, room).map_err(|e| e.to_string())?;
+    let shared = shared_rx
+        .then(|| shared_rx_pool(eal, &name("rx"), room))
+        .flatten();
+    let rx_pool = match shared {
+        Some(p) => p,
+        None => Mempool::new(eal, &name("rx"), RX_POOL, room).map_err(|e| e.to_string())?,
+    };
+    let rx_mem = rx_pool.external_data().cloned();
     let tx_pool = Mempool::new(eal, &name("tx"), 8191, room).map_err(|e| e.to_string())?;
     let port = {
         // A socket stays in the namespace it was made in: af_packet's, made at probe time,
@@ -116,7 +135,35 @@ fn open_node(eal: &Eal, i: usize, a: &AgentArgs, s: &Settings) -> Result<NodePla
     }
     // The engine's name for this node: the MAC, or with --wire udp its IP address and port.
     let mac = link.node_addr();
-    Ok(NodePlane { link, mac, dma })
+    Ok(NodePlane {
+        link,
+        mac,
+        dma,
+        rx_mem,
+    })
+}
+
+/// Mbufs in a node's receive pool.
+pub const RX_POOL: u32 = 8191;
+
+/// A receive pool whose frames lie in memory the node's ranks may map read-only (a memfd
+/// registered with DPDK): a rank then reads a small message where it arrived, no copy into
+/// its channel first (`lease`). `None` on any failure (e.g. no hugepages with physical
+/// addresses, where a data room must not straddle two pages): the pool is DPDK's.
+fn shared_rx_pool(eal: &Eal, name: &str, room: u16) -> Option<Mempool> {
+    // Sized for 2 MiB pages holding whole data rooms (with physical addresses a data room
+    // must not straddle two pages).
+    let per_page = (2 << 20) / room.next_multiple_of(64) as usize;
+    let bytes = (RX_POOL as usize).div_ceil(per_page) << 21;
+    let made = ExtMem::new(eal, bytes)
+        .and_then(|mem| Mempool::with_external_data(eal, name, RX_POOL, room, &mem));
+    match made {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::info!("receive pool in DPDK memory (ranks copy from their channel): {e}");
+            None
+        }
+    }
 }
 
 /// The EAL, on the engine's lcore, scanning only the buses the ports and dmadevs need.

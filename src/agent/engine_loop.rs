@@ -6,6 +6,7 @@ use super::control::Cmd;
 use super::copy::AgentCopy;
 use super::dpdk;
 use super::idle::{self, Idle};
+use super::lease::LeaseBudget;
 use super::link::PortLink;
 use super::nodes::NodePlan;
 use super::notify;
@@ -48,7 +49,17 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
                 s.mtu
             );
         }
-        let copy = AgentCopy::new(plane.dma, s.dma_threshold);
+        let mut copy = AgentCopy::new(plane.dma, s.dma_threshold);
+        if let Some(mem) = &plane.rx_mem {
+            copy.clients.budget = LeaseBudget::for_pool(dpdk::RX_POOL);
+            log::info!(
+                "receive pool in shared memory ({} MiB): ranks read small messages where they \
+                 arrive (up to {} frames lent)",
+                mem.len() >> 20,
+                copy.clients.budget.max
+            );
+        }
+        copy.rx_mem = plane.rx_mem;
         let eng = Engine::new(s.engine.clone(), plane.mac, plane.link.max_frame(), copy)?;
         log::info!(
             "tigon agent: port {} ({}), mtu {}, lcore {}, socket {}, dma {}, idle {}",
@@ -253,10 +264,15 @@ impl EngineLoop<'_> {
                 match c {
                     Cmd::Attach { ch, pid, reply } => {
                         let ext = dpdk::register(&self.eal, &ch);
+                        // The receive memory, for the client to map read-only.
+                        let rx = n.eng.copy_engine().rx_mem.as_ref().and_then(|m| {
+                            let fd = m.fd().try_clone_to_owned().ok()?;
+                            Some((fd, m.len() as u64))
+                        });
                         let r = n
                             .served
                             .attach(&mut n.eng, ch, pid, ext)
-                            .map(|(client, addr)| (client, n.link.addr_text(addr)));
+                            .map(|(client, addr)| (client, n.link.addr_text(addr), rx));
                         let _ = reply.send(r);
                     }
                     Cmd::Detach { client } => n.served.detach(&mut n.eng, client),

@@ -8,6 +8,8 @@
 //! client left, the reference resolves to nothing, so no late copy lands in memory the rank
 //! has taken back (or in the memory of whoever got its slot next).
 
+use super::lease::{LeaseBudget, Leases};
+use super::link::RxFrame;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tigon_engine::channel::Payload;
@@ -15,24 +17,27 @@ use tigon_engine::{BufRef, CopyError};
 use tigon_shm::Region;
 
 const DIRECT: u64 = 1;
-/// Tokens are 31 bits (bits 1..32 of `region`).
-const TOKEN_MASK: u32 = 0x7fff_ffff;
+/// A data buffer whose client takes leases of received frames (`Payload::Lease`).
+const LEASE: u64 = 2;
+/// Tokens are 30 bits (bits 2..32 of `region`).
+const TOKEN_MASK: u32 = 0x3fff_ffff;
 
 /// The reference the engine carries for `payload` of the operation `token` of client `slot`.
 pub fn bufref(slot: u32, token: u32, payload: Payload) -> BufRef {
-    let (direct, addr, len) = match payload {
-        Payload::Direct { addr, len } => (true, addr, len),
-        Payload::Buffer { offset, len } => (false, offset, len),
+    let (kind, addr, len) = match payload {
+        Payload::Direct { addr, len } => (DIRECT, addr, len),
+        Payload::Buffer { offset, len } => (0, offset, len),
+        Payload::Lease { offset, len } => (LEASE, offset, len),
     };
     BufRef::new(
-        ((slot as u64) << 32) | (((token & TOKEN_MASK) as u64) << 1) | direct as u64,
+        ((slot as u64) << 32) | (((token & TOKEN_MASK) as u64) << 2) | kind,
         addr,
         len,
     )
 }
 
 fn slot_token(region: u64) -> (usize, u32) {
-    ((region >> 32) as usize, ((region >> 1) as u32) & TOKEN_MASK)
+    ((region >> 32) as usize, ((region >> 2) as u32) & TOKEN_MASK)
 }
 
 /// Copy engines that keep the table of client memory.
@@ -49,13 +54,26 @@ pub struct ClientMem {
     pub pid: i32,
     /// The region as registered with DPDK (when a dmadev may write it).
     pub ext: Option<Arc<tigon_pmd::ExtMem>>,
+    /// Received frames lent to the client (see `lease`).
+    pub leases: Leases,
 }
 
 /// Client memory by slot.
-#[derive(Default)]
 pub struct Clients {
     slots: Vec<Option<ClientMem>>,
     next_token: u32,
+    /// Frames lent over all clients, and how many may be.
+    pub budget: LeaseBudget,
+}
+
+impl Default for Clients {
+    fn default() -> Self {
+        Clients {
+            slots: Vec::new(),
+            next_token: 0,
+            budget: LeaseBudget { max: 0, held: 0 },
+        }
+    }
 }
 
 /// Where a resolved reference lands.
@@ -76,8 +94,52 @@ impl Clients {
         self.slots[s] = Some(m);
     }
 
+    /// Forgets client `slot`; the frames it held go back to the pool.
     pub fn remove(&mut self, slot: u32) -> Option<ClientMem> {
-        self.slots.get_mut(slot as usize).and_then(Option::take)
+        let m = self.slots.get_mut(slot as usize).and_then(Option::take)?;
+        self.budget.held -= m.leases.held();
+        Some(m)
+    }
+
+    /// Lends `frame` (its payload at `off` of the receive memory) to the client of `b`, a
+    /// receive buffer whose client takes leases and whose operation is armed; gives the
+    /// frame back when it may not (then it is copied).
+    pub fn lend(&mut self, b: &BufRef, frame: RxFrame, off: u64) -> Result<(), RxFrame> {
+        if b.region & LEASE == 0 || self.budget.held >= self.budget.max {
+            return Err(frame);
+        }
+        let (slot, token) = slot_token(b.region);
+        let Some(m) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            return Err(frame);
+        };
+        if !m.armed.contains(&token) {
+            return Err(frame);
+        }
+        m.leases.lend(token, frame, off)?;
+        self.budget.held += 1;
+        Ok(())
+    }
+
+    /// The lease taken for the operation `token` of client `slot`, as its completion names
+    /// it: (1 + lease, offset), or (0, 0).
+    pub fn take_lease(&mut self, slot: u32, token: u32) -> (u32, u64) {
+        self.slots
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .and_then(|m| m.leases.take_pending(token))
+            .map_or((0, 0), |(id, off)| (id + 1, off))
+    }
+
+    /// Client `slot` gives lease `id` back.
+    pub fn give_back(&mut self, slot: u32, id: u32) -> Result<(), String> {
+        let m = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .ok_or("no such client")?;
+        m.leases.give_back(id)?;
+        self.budget.held -= 1;
+        Ok(())
     }
 
     /// A new token for an operation of client `slot`, armed: its buffers resolve until
@@ -177,7 +239,58 @@ mod tests {
             region: Arc::new(Region::create("memory-test", 4096, false).unwrap()),
             pid,
             ext: None,
+            leases: Leases::default(),
         }
+    }
+
+    /// A received frame is lent only for a receive whose client takes leases, while its
+    /// operation is armed and within the agent's budget; the completion names it once; a
+    /// client that leaves gives back what it held.
+    #[test]
+    fn frames_are_lent_within_bounds_and_given_back() {
+        let mut c = Clients {
+            budget: LeaseBudget { max: 2, held: 0 },
+            ..Clients::default()
+        };
+        c.insert(1, client(100));
+        let t = c.arm(1);
+        let buf = Payload::Buffer {
+            offset: 128,
+            len: 64,
+        };
+        let lease = Payload::Lease {
+            offset: 128,
+            len: 64,
+        };
+        let frame = || RxFrame::Flat(vec![1; 64]);
+        assert!(
+            c.lend(&bufref(1, t, buf), frame(), 0).is_err(),
+            "no leases asked"
+        );
+        assert!(c.lend(&bufref(1, t, lease), frame(), 4096).is_ok());
+        assert!(
+            c.resolve(&bufref(1, t, lease), 0, 64).is_ok(),
+            "still its buffer"
+        );
+        assert_eq!(c.take_lease(1, t), (1, 4096));
+        assert_eq!(c.take_lease(1, t), (0, 0), "named once");
+        let u = c.arm(1);
+        assert!(c.lend(&bufref(1, u, lease), frame(), 0).is_ok());
+        let w = c.arm(1);
+        assert!(c.lend(&bufref(1, w, lease), frame(), 0).is_err(), "budget");
+        assert_eq!(c.budget.held, 2);
+        assert!(c.give_back(1, 0).is_ok());
+        assert!(c.give_back(1, 0).is_err(), "given back twice");
+        assert_eq!(c.budget.held, 1);
+        c.disarm(1, u);
+        let v = c.arm(1);
+        c.disarm(1, v);
+        assert!(
+            c.lend(&bufref(1, v, lease), frame(), 0).is_err(),
+            "disarmed"
+        );
+        c.remove(1);
+        assert_eq!(c.budget.held, 0, "the departed client's frame went back");
     }
 
     /// A reference resolves while its operation is armed, and never after: not once it is

@@ -15,6 +15,7 @@ mod copy;
 mod dpdk;
 mod engine_loop;
 mod idle;
+mod lease;
 mod link;
 mod memory;
 mod nodes;

@@ -56,6 +56,8 @@ pub struct ServeStats {
     pub payload_bytes_received: u64,
     /// Payload bytes departed clients had copied with their CPU (see [`Served::client_copied`]).
     pub departed_client_copied: u64,
+    /// Receives completed with their frame lent to the client (read where it arrived).
+    pub leases: u64,
 }
 
 /// Every client of the agent.
@@ -104,6 +106,7 @@ impl Served {
                 region: ch.region.clone(),
                 pid,
                 ext,
+                leases: Default::default(),
             },
         );
         let n = ch.geo.n_desc as usize;
@@ -182,7 +185,8 @@ impl Served {
         }
     }
 
-    /// Takes requests from every client's ring; returns how many.
+    /// Takes requests from every client's ring (and the leases it gives back); returns how
+    /// many.
     pub fn requests<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
         &mut self,
         eng: &mut Engine<L, C>,
@@ -190,6 +194,10 @@ impl Served {
     ) -> usize {
         let mut n = 0;
         for slot in 0..self.clients.len() as u32 {
+            if let Err(why) = self.give_backs(eng, slot) {
+                self.evict(eng, slot, why);
+                continue;
+            }
             for _ in 0..burst {
                 let Some(c) = self.clients[slot as usize].as_ref() else {
                     break;
@@ -215,6 +223,26 @@ impl Served {
             self.wake_clients();
         }
         n
+    }
+
+    /// The leases client `slot` gave back: their frames go back to the pool.
+    fn give_backs<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
+        &mut self,
+        eng: &mut Engine<L, C>,
+        slot: u32,
+    ) -> Result<(), String> {
+        let Some(c) = self.clients[slot as usize].as_ref() else {
+            return Ok(());
+        };
+        // At most a ring's worth per pass (the ring holds no more).
+        for _ in 0..tigon_engine::channel::LEASE_SLOTS {
+            match c.ch.leases.pop() {
+                Ok(Some(id)) => eng.copy_engine_mut().clients().give_back(slot, id)?,
+                Ok(None) => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
     }
 
     fn evict<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
@@ -310,7 +338,10 @@ impl Served {
         let Some(f) = c.inflight[idx as usize].take() else {
             return;
         };
-        eng.copy_engine_mut().clients().disarm(slot, f.token);
+        let clients = eng.copy_engine_mut().clients();
+        clients.disarm(slot, f.token);
+        // A received frame lent to the client: the completion says where its payload is.
+        let (lease, lease_off) = clients.take_lease(slot, f.token);
         self.stats.inflight -= 1;
         self.stats.completions += 1;
         if done.status == status::OK {
@@ -320,8 +351,13 @@ impl Served {
         // The client's own tag, even if it scribbled over the descriptor meanwhile.
         let done = Completion {
             user: f.user,
+            lease,
+            lease_off,
             ..done
         };
+        if lease != 0 {
+            self.stats.leases += 1;
+        }
         if c.ch.write_completion(idx, &done).is_err() {
             return;
         }

@@ -87,7 +87,8 @@ pub fn json(
 /// `process_vm_readv` / `writev` (`direct_bytes`); the dmadev's are not the CPU's. The ranks'
 /// are what their clients report (into and out of channel buffers, and out of staging).
 /// `tx_in_place_bytes` are payload bytes the port sent straight from channel buffers (no
-/// copy by the engine).
+/// copy by the engine); `leases_held` are received frames lent to ranks now (they read the
+/// payload where it arrived; `serve.leases` counts the receives completed so).
 fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
     let c = eng.copy_engine();
     let payload = served.stats.payload_bytes_received;
@@ -104,6 +105,7 @@ fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Val
         "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu, "direct_bytes": c.bytes.direct,
         "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
         "tx_in_place_bytes": eng.stats.tx_in_place_bytes,
+        "leases_held": c.clients.budget.held, "leases_max": c.clients.budget.max,
         "engine_per_payload_byte": per(engine), "ranks_per_payload_byte": per(ranks),
     })
 }

@@ -44,6 +44,11 @@ pub const FLAG_ANY_SOURCE: u8 = 4;
 /// (MPI_Request_free of an active receive), while the operation itself goes on.
 pub const FLAG_ABANDON: u8 = 8;
 
+/// Receive (through a data buffer): the client can read the payload where the frame
+/// arrived, in the agent's receive memory it maps read-only; the completion may then name a
+/// lease (`Desc::lease`) instead of filling the data buffer.
+pub const FLAG_LEASE: u8 = 16;
+
 /// Completion status codes.
 pub mod status {
     pub const OK: u32 = 0;
@@ -89,6 +94,10 @@ pub struct Desc {
     /// node (all of them: its MRecv completes without waiting for the network).
     pub received: u64,
     pub truncated: bool,
+    /// A receive with [`FLAG_LEASE`]: 0, or 1 + the lease whose frame holds the payload at
+    /// `lease_off` of the agent's receive memory (give it back on the lease ring).
+    pub lease: u32,
+    pub lease_off: u64,
 }
 
 // Byte offsets in a descriptor of the fields the engine writes back (see [`Desc::emit`]).
@@ -98,6 +107,8 @@ pub(super) const D_HANDLE: usize = 64;
 /// status, info_rank, info_bits, info_len and received, in this order, up to byte 104.
 pub(super) const D_RESULT: usize = 72;
 pub(super) const D_RESULT_LEN: usize = 32;
+/// lease (u32) and, at +8, lease_off (u64).
+pub(super) const D_LEASE: usize = 104;
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
@@ -129,6 +140,8 @@ impl Desc {
             .try_into()
             .expect("32");
         self.completion().emit_result(result);
+        b[D_LEASE..D_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
+        b[D_LEASE + 8..D_LEASE + 16].copy_from_slice(&self.lease_off.to_le_bytes());
     }
 
     /// The completion fields of this descriptor.
@@ -142,6 +155,8 @@ impl Desc {
             received: self.received,
             truncated: self.truncated,
             handle: Some(self.handle),
+            lease: self.lease,
+            lease_off: self.lease_off,
         }
     }
 
@@ -170,6 +185,8 @@ impl Desc {
             info_bits: u64_at(b, D_RESULT + 8),
             info_len: u64_at(b, D_RESULT + 16),
             received: u64_at(b, D_RESULT + 24),
+            lease: u32_at(b, D_LEASE),
+            lease_off: u64_at(b, D_LEASE + 8),
         }
     }
 }
@@ -187,6 +204,9 @@ pub struct Completion {
     pub truncated: bool,
     /// The message handle a probe found (`None`: the descriptor's handle is left alone).
     pub handle: Option<u64>,
+    /// 1 + the lease holding a received payload, or 0 (see [`Desc::lease`]).
+    pub lease: u32,
+    pub lease_off: u64,
 }
 
 impl Completion {

@@ -5,6 +5,9 @@ use std::io;
 use tigon_shm::Ring;
 
 pub const HEADER_LEN: usize = 4096;
+/// Received frames a client may hold at once (leases: payloads it reads where they arrived,
+/// in the agent's receive memory, then gives back on the lease ring).
+pub const LEASE_SLOTS: u32 = 64;
 
 /// Sizes of a channel, fixed by the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,8 +24,12 @@ impl Geometry {
     pub fn cmp_ring_off(&self) -> usize {
         HEADER_LEN + Ring::bytes(self.n_desc).next_multiple_of(64)
     }
+    /// The ring of lease ids the client gives back (see [`LEASE_SLOTS`]).
+    pub fn lease_ring_off(&self) -> usize {
+        (self.cmp_ring_off() + Ring::bytes(self.n_desc)).next_multiple_of(64)
+    }
     pub fn desc_off(&self) -> usize {
-        (self.cmp_ring_off() + Ring::bytes(self.n_desc)).next_multiple_of(4096)
+        (self.lease_ring_off() + Ring::bytes(LEASE_SLOTS)).next_multiple_of(4096)
     }
     pub fn data_off(&self) -> usize {
         (self.desc_off() + self.n_desc as usize * DESC_LEN).next_multiple_of(4096)

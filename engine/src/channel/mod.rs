@@ -3,7 +3,7 @@
 //! One region per client, created by the agent and passed to the client as a memfd:
 //!
 //! ```text
-//! [header 4 KiB][request ring][completion ring][descriptors: n_desc × 256 B][data: n_data × data_size]
+//! [header 4 KiB][request ring][completion ring][lease ring][descriptors: n_desc × 256 B][data: n_data × data_size]
 //! ```
 //!
 //! Rings carry descriptor indices, never pointers. Descriptors and data buffers belong to the
@@ -20,13 +20,13 @@ mod layout;
 mod request;
 
 pub use desc::{
-    Completion, DESC_LEN, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op,
-    status,
+    Completion, DESC_LEN, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE, FLAG_SYNC,
+    NO_DATA, Op, status,
 };
-pub use layout::{Geometry, HEADER_LEN};
+pub use layout::{Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
-use desc::{D_HANDLE, D_RESULT, D_RESULT_LEN, D_TRUNCATED, D_USER};
+use desc::{D_HANDLE, D_LEASE, D_RESULT, D_RESULT_LEN, D_TRUNCATED, D_USER};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
@@ -34,7 +34,8 @@ use tigon_shm::{Region, Ring};
 
 pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 3: MProbe reports the bytes already at the node; Cancel may abandon instead.
-pub const VERSION: u32 = 3;
+/// 4: leases of received frames (`FLAG_LEASE`, the lease ring, `Desc::lease`).
+pub const VERSION: u32 = 4;
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -70,6 +71,8 @@ pub struct Channel {
     pub requests: Ring,
     /// Engine → client.
     pub completions: Ring,
+    /// Client → engine: leases given back (`Desc::lease` - 1).
+    pub leases: Ring,
 }
 
 impl Channel {
@@ -136,6 +139,7 @@ impl Channel {
         Ok(Channel {
             requests: Ring::new(region.clone(), geo.req_ring_off(), geo.n_desc)?,
             completions: Ring::new(region.clone(), geo.cmp_ring_off(), geo.n_desc)?,
+            leases: Ring::new(region.clone(), geo.lease_ring_off(), LEASE_SLOTS)?,
             region,
             geo,
         })
@@ -189,7 +193,11 @@ impl Channel {
         }
         let mut result = [0u8; D_RESULT_LEN];
         c.emit_result(&mut result);
-        r.write(at + D_RESULT, &result)
+        r.write(at + D_RESULT, &result)?;
+        let mut lease = [0u8; 16];
+        lease[..4].copy_from_slice(&c.lease.to_le_bytes());
+        lease[8..].copy_from_slice(&c.lease_off.to_le_bytes());
+        r.write(at + D_LEASE, &lease)
     }
 
     pub fn heartbeat(&self) -> u64 {
@@ -397,6 +405,8 @@ mod tests {
             received: 64,
             truncated: true,
             handle: Some(0x1234),
+            lease: 7,
+            lease_off: 0x9_0000,
         };
         agent.write_completion(5, &done).unwrap();
         let d = client.read_desc(5).unwrap();
@@ -410,6 +420,8 @@ mod tests {
                 received: 64,
                 truncated: true,
                 handle: 0x1234,
+                lease: 7,
+                lease_off: 0x9_0000,
                 ..req
             }
         );
@@ -419,6 +431,7 @@ mod tests {
             .unwrap();
         let d = client.read_desc(5).unwrap();
         assert_eq!((d.status, d.handle, d.user), (status::NO_MATCH, 0x1234, 0));
+        assert_eq!((d.lease, d.lease_off), (0, 0), "no lease left from before");
         assert!(agent.write_completion(16, &done).is_err());
     }
 

@@ -2,7 +2,9 @@
 //! resolved (the descriptor's bytes are [`Desc`]; a [`Request`] is what they mean, as
 //! smoltcp's `Repr` is to its packets).
 
-use super::desc::{Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_SYNC, NO_DATA, Op};
+use super::desc::{
+    Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE, FLAG_SYNC, NO_DATA, Op,
+};
 use super::layout::Geometry;
 use crate::addr::EndpointAddr;
 use crate::matching::MatchSpec;
@@ -14,6 +16,9 @@ pub enum Payload {
     Direct { addr: u64, len: u64 },
     /// `len` bytes at byte `offset` of the channel region: a data buffer, which holds them.
     Buffer { offset: u64, len: u64 },
+    /// A receive's data buffer, as `Buffer`, whose client may instead be lent the frame the
+    /// payload arrived in ([`FLAG_LEASE`]).
+    Lease { offset: u64, len: u64 },
 }
 
 /// What a client asks of the engine.
@@ -79,11 +84,11 @@ impl Request {
             },
             Op::Recv => Request::Recv {
                 spec: spec(),
-                payload: Payload::of(d, geo)?,
+                payload: Payload::of(d, geo)?.leased(d),
             },
             Op::MRecv => Request::MRecv {
                 handle: d.handle,
-                payload: Payload::of(d, geo)?,
+                payload: Payload::of(d, geo)?.leased(d),
             },
             Op::Probe => Request::Probe { spec: spec() },
             Op::MProbe => Request::MProbe { spec: spec() },
@@ -96,6 +101,16 @@ impl Request {
 }
 
 impl Payload {
+    /// A receive's data buffer the client takes leases for ([`FLAG_LEASE`]).
+    fn leased(self, d: &Desc) -> Payload {
+        match self {
+            Payload::Buffer { offset, len } if d.flags & FLAG_LEASE != 0 => {
+                Payload::Lease { offset, len }
+            }
+            p => p,
+        }
+    }
+
     /// The payload `d` names: the client's memory, or one of the channel's data buffers
     /// (which must exist and hold `d.len` bytes).
     fn of(d: &Desc, geo: &Geometry) -> Result<Payload, String> {
@@ -128,6 +143,57 @@ mod tests {
         n_data: 4,
         data_size: 1024,
     };
+
+    /// A receive through a data buffer may take a lease of its frame (FLAG_LEASE); a send,
+    /// or a receive into the client's own memory, cannot.
+    #[test]
+    fn leases_only_for_receives_through_data_buffers() {
+        let recv = Desc {
+            op: Op::Recv as u8,
+            flags: FLAG_LEASE,
+            data_idx: 1,
+            len: 100,
+            ..Desc::default()
+        };
+        let at = (GEO.data_off() + 1024) as u64;
+        let lease = Payload::Lease {
+            offset: at,
+            len: 100,
+        };
+        assert!(
+            matches!(Request::parse(&recv, &GEO), Ok(Request::Recv { payload, .. }) if payload == lease)
+        );
+        let mrecv = Desc {
+            op: Op::MRecv as u8,
+            ..recv
+        };
+        assert!(
+            matches!(Request::parse(&mrecv, &GEO), Ok(Request::MRecv { payload, .. }) if payload == lease)
+        );
+        let direct = Desc {
+            flags: FLAG_LEASE | FLAG_DIRECT,
+            ..recv
+        };
+        assert!(matches!(
+            Request::parse(&direct, &GEO),
+            Ok(Request::Recv {
+                payload: Payload::Direct { .. },
+                ..
+            })
+        ));
+        let send = Desc {
+            op: Op::Send as u8,
+            peer: Some("02:00:00:00:00:01/4".parse().unwrap()),
+            ..recv
+        };
+        assert!(matches!(
+            Request::parse(&send, &GEO),
+            Ok(Request::Send {
+                payload: Payload::Buffer { .. },
+                ..
+            })
+        ));
+    }
 
     #[test]
     fn each_operation_with_its_buffer_resolved() {

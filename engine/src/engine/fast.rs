@@ -132,8 +132,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Ok(true)
         } else {
             let head = wire::COMPACT_OVERHEAD;
-            self.copy
-                .copy_from_frame(f, head..head + n as usize, &buf, 0)
+            let range = head..head + n as usize;
+            // A whole message that fits may be read where it arrived (the frame lent to the
+            // receiver); otherwise it is copied into the receive's buffer.
+            let f = if n == info.len {
+                self.copy.lend(f, range.clone(), &buf).err()
+            } else {
+                Some(f)
+            };
+            match f {
+                None => Ok(true),
+                Some(f) => self.copy.copy_from_frame(f, range, &buf, 0),
+            }
         };
         match copied {
             Ok(true) => {

@@ -70,6 +70,10 @@ uint16_t tigon_mbuf_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *shinf
 {
 	return rte_mbuf_ext_refcnt_read(shinfo);
 }
+int tigon_mbuf_ext_attached(const struct rte_mbuf *m)
+{
+	return RTE_MBUF_HAS_EXTBUF(m) && !RTE_MBUF_HAS_PINNED_EXTBUF(m);
+}
 int tigon_pktmbuf_attach_extbuf_inplace(struct rte_mbuf *m, void *buf_addr, rte_iova_t buf_iova,
 					uint16_t buf_len, rte_mbuf_extbuf_free_callback_t free_cb,
 					void *fcb_opaque)

@@ -73,6 +73,9 @@ struct rte_mbuf_ext_shared_info *tigon_pktmbuf_ext_shinfo_init_helper(
 	void *buf_addr, uint16_t *buf_len, rte_mbuf_extbuf_free_callback_t free_cb, void *fcb_opaque);
 void tigon_mbuf_ext_refcnt_set(struct rte_mbuf_ext_shared_info *shinfo, uint16_t v);
 uint16_t tigon_mbuf_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *shinfo);
+/* Whether segment `m` is attached to an external buffer someone else owns (not one of a pool
+ * whose data rooms are external memory, rte_pktmbuf_pool_create_extbuf). */
+int tigon_mbuf_ext_attached(const struct rte_mbuf *m);
 /* Attaches direct, empty mbuf `m` to an external buffer with its shared info placed in m's own
  * data room (unused while attached, and m's until it goes back to its pool): no allocation.
  * Returns 0, or -1 when m's own room cannot hold the shared info. */

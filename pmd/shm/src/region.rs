@@ -210,9 +210,126 @@ impl Drop for Region {
     }
 }
 
+/// A shared-memory region this process may only read (mapped `PROT_READ`): memory another
+/// process owns and this one must not be able to change, e.g. the agent's received frames
+/// as a rank sees them.
+pub struct ReadOnlyRegion {
+    addr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping lives as long as the value; all access is raw copies out of it.
+unsafe impl Send for ReadOnlyRegion {}
+// SAFETY: as above.
+unsafe impl Sync for ReadOnlyRegion {}
+
+impl std::fmt::Debug for ReadOnlyRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlyRegion")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl ReadOnlyRegion {
+    /// Maps `len` bytes of `fd` read-only (the fd is closed once mapped).
+    pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<ReadOnlyRegion> {
+        // SAFETY: fstat writes into a zeroed stat buffer we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is valid and st is a valid out-pointer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (st.st_size as u64) < len as u64 || len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "region smaller than announced",
+            ));
+        }
+        // SAFETY: a fresh read-only shared mapping of our fd; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let addr =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(ReadOnlyRegion { addr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `out.len()` bytes at `off` into `out`.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> io::Result<()> {
+        match off.checked_add(out.len()) {
+            Some(end) if end <= self.len => {}
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} bytes at {off} overrun a {}-byte region",
+                        out.len(),
+                        self.len
+                    ),
+                ));
+            }
+        }
+        // SAFETY: the source range is inside the mapping (checked) and cannot overlap `out`,
+        // memory of this process outside the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr.as_ptr().add(off), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+}
+
+impl Drop for ReadOnlyRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping we created; no references outlive self.
+        unsafe { libc::munmap(self.addr.as_ptr().cast(), self.len) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A read-only mapping reads what the owner wrote, refuses reads past its end, and
+    /// cannot be written (a write through the mapping would fault: mprotect shows PROT_READ).
+    #[test]
+    fn read_only_region_reads_the_owners_bytes() {
+        let owner = Region::create("ro-test", 8192, false).unwrap();
+        owner.write(100, b"frame bytes").unwrap();
+        let ro = ReadOnlyRegion::from_fd(owner.fd().try_clone().unwrap(), 8192).unwrap();
+        let mut b = [0u8; 11];
+        ro.read(100, &mut b).unwrap();
+        assert_eq!(&b, b"frame bytes");
+        owner.write(100, b"FRAME").unwrap();
+        ro.read(100, &mut b[..5]).unwrap();
+        assert_eq!(&b[..5], b"FRAME", "the same pages");
+        assert!(ro.read(8190, &mut b).is_err());
+        assert!(ReadOnlyRegion::from_fd(owner.fd().try_clone().unwrap(), 1 << 20).is_err());
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let start = format!("{:x}-", ro.addr.as_ptr() as usize);
+        let line = maps.lines().find(|l| l.starts_with(&start)).unwrap();
+        assert!(
+            line.split_whitespace().nth(1).unwrap().starts_with("r--s"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn shared_between_two_mappings() {
