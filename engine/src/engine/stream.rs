@@ -322,6 +322,20 @@ impl<F: 'static> Stream<F> {
         }
     }
 
+    /// Queues the `count` frames of a pulled block behind the bulk data already queued, frame
+    /// `i` made by `frame(i)` (one reservation, and none of `queue`'s sorting per frame: a
+    /// block is about a hundred frames).
+    #[inline]
+    pub(super) fn queue_bulk(&mut self, count: u32, mut frame: impl FnMut(u32) -> TxDesc) {
+        let q = &mut *self.ctl_bulk;
+        q.reserve(count as usize);
+        for i in 0..count {
+            let d = frame(i);
+            debug_assert!(d.kind == Kind::PullData);
+            q.push_back(d);
+        }
+    }
+
     /// Queues a new message frame (Eager, Small, Rts) behind the others.
     #[inline]
     pub(super) fn queue_message(&mut self, d: TxDesc) {

@@ -250,19 +250,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         let count = (end - r.offset).div_ceil(frag) as u32;
-        let stream = &mut self.peers[p].stream;
-        for i in 0..count {
-            let off = r.offset + i as u64 * frag;
-            stream.queue(TxDesc {
-                req: Some(id),
+        let base = TxDesc {
+            req: Some(id),
+            frag_count: count,
+            total,
+            ..TxDesc::new(Kind::PullData, r.msg_id)
+        };
+        let start = r.offset;
+        self.peers[p].stream.queue_bulk(count, |i| {
+            let off = start + i as u64 * frag;
+            TxDesc {
                 frag_index: i,
-                frag_count: count,
                 offset: off,
                 len: (end - off).min(frag) as u32,
-                total,
-                ..TxDesc::new(Kind::PullData, r.msg_id)
-            });
-        }
+                ..base
+            }
+        });
         self.mark_active(p);
     }
 
