@@ -30,19 +30,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         // Only armed peers: the cost follows the peers with something in flight, not the
         // number of peers (65,536 idle peers cost nothing here).
-        let armed = std::mem::take(&mut self.armed);
+        // The list keeps its buffer: the peers still armed stay in it, in place, and those
+        // armed meanwhile are added behind them (no allocation per pass).
+        let mut armed = std::mem::take(&mut self.armed);
         for &p in &armed {
             self.peer_timers(p, now);
         }
-        for p in armed {
+        armed.retain(|&p| {
             let peer = &mut self.peers[p];
             if peer.timed() && !peer.only_waits() {
-                self.armed.push(p);
-                continue;
+                return true;
             }
             peer.in_armed = false;
             self.after_timers(p, now);
-        }
+            false
+        });
+        armed.append(&mut self.armed);
+        self.armed = armed;
         // Peers that operations only wait on: looked at once per keepalive period, not every
         // pass (10,000 synchronous or rendezvous sends waiting for their match cost nothing
         // here until then).
