@@ -31,6 +31,9 @@ pub struct Stats {
     /// Payload bytes sent in place from the senders' buffers (frames that point at them,
     /// [`crate::Link::alloc_tx_ref`]): bytes the engine did not copy.
     pub tx_in_place_bytes: u64,
+    /// Payload bytes of unexpected eager messages copied from their frames into the
+    /// unexpected store (a CPU copy of the engine's own, outside the copy engine).
+    pub unexpected_copied_bytes: u64,
     /// Eager-sized sends that went by rendezvous because the peer's eager credit was short.
     pub credit_fallbacks: u64,
     /// Grants of more eager credit sent to peers, and requests to give credit back.

@@ -280,3 +280,50 @@ fn a_payload_checksum_reads_every_payload() {
     let total: u64 = SIZES.iter().map(|&n| n as u64).sum();
     assert_eq!(a.copy_engine().read_bytes, 2 * total);
 }
+
+/// A message that arrives before its receive is kept in the unexpected store: that copy of
+/// the engine's own is counted (`Stats::unexpected_copied_bytes`), so that copies per byte
+/// stay honest.
+#[test]
+fn the_unexpected_stores_copy_is_counted() {
+    let net = SimNet::new(Faults::default(), 9);
+    let cfg = frame_checked();
+    let (mut a, mut pa) = node(&net, 0, &cfg);
+    let (mut b, mut pb) = node(&net, 1, &cfg);
+    a.open_endpoint(Some(0)).unwrap();
+    let bb = b.open_endpoint(Some(0)).unwrap();
+    let sizes = [100usize, 3000];
+    for (i, &n) in sizes.iter().enumerate() {
+        let buf = a.copy_engine_mut().insert(pattern(0, i as u32, n));
+        a.isend(0, bb, match_bits(1, 2), 0, buf, SendMode::Standard)
+            .unwrap();
+    }
+    let mut now = 1_000;
+    while b.unexpected_bytes() < 3100 {
+        now += 1_000;
+        net.set_time(now);
+        a.poll(&mut pa, now);
+        b.poll(&mut pb, now);
+        assert!(now < 1_000_000_000, "messages did not arrive");
+    }
+    assert_eq!(b.stats.unexpected_copied_bytes, 3100);
+    for (i, &n) in sizes.iter().enumerate() {
+        let buf = b.copy_engine_mut().insert(vec![0; n]);
+        let r = b.irecv(0, MatchSpec::mpi(1, 0, 2), buf).unwrap();
+        let mut done = false;
+        while !done {
+            now += 1_000;
+            net.set_time(now);
+            a.poll(&mut pa, now);
+            b.poll(&mut pb, now);
+            while let Some(c) = b.pop_completion() {
+                assert_eq!(c.req, r);
+                assert!(c.result.is_ok());
+                done = true;
+            }
+            assert!(now < 2_000_000_000, "receive {i} did not complete");
+        }
+        assert!(b.copy_engine().bytes(&buf) == pattern(0, i as u32, n));
+    }
+    assert_eq!(b.stats.unexpected_copied_bytes, 3100, "counted once");
+}

@@ -83,7 +83,8 @@ pub fn json(
 }
 
 /// Bytes copied, by whom, and per payload byte delivered to this node's ranks. The engine's
-/// CPU copies are its memcpys (`cpu_bytes`) and the kernel's copies on its core for
+/// CPU copies are its memcpys (`cpu_bytes`: the copy engine's, and the unexpected store's,
+/// `unexpected_store_bytes`) and the kernel's copies on its core for
 /// `process_vm_readv` / `writev` (`direct_bytes`); the dmadev's are not the CPU's. The ranks'
 /// are what their clients report (into and out of channel buffers, and out of staging).
 /// `tx_in_place_bytes` are payload bytes the port sent straight from channel buffers (no
@@ -91,8 +92,9 @@ pub fn json(
 /// payload where it arrived; `serve.leases` counts the receives completed so).
 fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
     let c = eng.copy_engine();
+    let s = &eng.stats;
     let payload = served.stats.payload_bytes_received;
-    let engine = c.bytes.cpu + c.bytes.direct;
+    let engine = c.bytes.cpu + s.unexpected_copied_bytes + c.bytes.direct;
     let ranks = served.client_copied();
     let per = |b: u64| {
         if payload == 0 {
@@ -102,7 +104,8 @@ fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Val
         }
     };
     serde_json::json!({
-        "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu, "direct_bytes": c.bytes.direct,
+        "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu + s.unexpected_copied_bytes,
+        "unexpected_store_bytes": s.unexpected_copied_bytes, "direct_bytes": c.bytes.direct,
         "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
         "tx_in_place_bytes": eng.stats.tx_in_place_bytes,
         "leases_held": c.clients.budget.held, "leases_max": c.clients.budget.max,

@@ -93,6 +93,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 let at = r.offset as usize;
                 x.data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
                 x.received += r.length as u64;
+                self.stats.unexpected_copied_bytes += r.length as u64;
                 if last && let Some(id) = x.claimed {
                     self.complete_from_store(u, id);
                 }
