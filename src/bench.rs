@@ -359,7 +359,7 @@ fn run_tigon(
         // soon a dead peer is detected (the tests do that).
         agent_args: vec!["--peer-timeout-ms".into(), "30000".into()],
         layout: crate::fabric::LayoutKind::Auto,
-        memif_zero_copy: true,
+        memif_zero_copy: false,
     };
     let cluster = match Cluster::start(&opts) {
         Ok(c) => c,

@@ -224,7 +224,7 @@ pub fn run(a: SoakArgs) -> Result<i32, String> {
         wire: crate::fabric::WireKind::Ether,
         agent_args: Vec::new(),
         layout: crate::fabric::LayoutKind::Auto,
-        memif_zero_copy: true,
+        memif_zero_copy: false,
     })?;
     let bin = compile(&cluster.dir)?;
     let agents = cluster.agent_pids();

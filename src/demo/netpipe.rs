@@ -156,7 +156,7 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
         wire: a.wire,
         agent_args: Vec::new(),
         layout: a.layout,
-        memif_zero_copy: true,
+        memif_zero_copy: false,
     };
     // The peers run with no agent up: a busy engine would take a core from them. So the
     // emulated nodes come up for each tigon run and go before the peers'.
