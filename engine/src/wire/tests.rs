@@ -1,0 +1,274 @@
+use super::*;
+
+fn sample() -> Repr {
+    Repr {
+        dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        kind: Some(Kind::Eager),
+        flags: FLAG_SYNC,
+        dst_ep: 7,
+        src_ep: 3,
+        src_session: 0xdead_beef,
+        dst_session: 0x1234_5678,
+        seq: 42,
+        ack: 41,
+        msg_id: 9,
+        src_rank: 70_000,
+        frag_index: 1,
+        frag_count: 3,
+        length: 5,
+        credit: 100,
+        match_bits: 0x0000_0001_ffff_fffe,
+        offset: 10,
+        total: 20,
+        tag: 0,
+    }
+}
+
+/// A small message under the compact header.
+fn small() -> Repr {
+    Repr {
+        kind: Some(Kind::Small),
+        flags: 0,
+        msg_id: 0,
+        frag_index: 0,
+        frag_count: 1,
+        offset: 0,
+        length: 8,
+        total: 8,
+        ..sample()
+    }
+}
+
+#[test]
+fn a_short_ack_is_a_minimum_frame_that_round_trips_and_is_checked() {
+    let r = Repr {
+        dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        kind: Some(Kind::ShortAck),
+        flags: FLAG_PAYLOAD_CK,
+        tag: 0xdead_beef,
+        ack: 77,
+        credit: 0x1_0000,
+        ..Repr::default()
+    };
+    let mut buf = vec![0u8; 128];
+    let n = r.emit(&mut buf);
+    assert_eq!(n, MIN_FRAME);
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    let f = Frame::new_checked(&buf[..n]).unwrap();
+    assert!(f.is_compact() && !f.is_small() && f.payload().is_empty());
+    assert_eq!(Repr::parse(&f).unwrap(), r);
+    assert!(!Kind::ShortAck.is_sequenced());
+    for bit in 0..COMPACT_OVERHEAD * 8 {
+        let mut b = buf[..n].to_vec();
+        b[bit / 8] ^= 1 << (bit % 8);
+        let got = Frame::new_checked(&b[..]).and_then(|f| Repr::parse(&f));
+        assert!(got.is_err(), "bit {bit}: {got:?}");
+    }
+}
+
+#[test]
+fn small_message_header_is_40_bytes_and_round_trips() {
+    const { assert!(COMPACT_LEN <= 40) };
+    let r = small();
+    let mut buf = vec![0u8; 256];
+    let n = r.emit(&mut buf);
+    assert_eq!(n, MIN_FRAME.max(ETH_HEADER_LEN + 40 + 8));
+    buf[COMPACT_OVERHEAD..COMPACT_OVERHEAD + 8].copy_from_slice(b"8 bytes!");
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    let f = Frame::new_checked(&buf[..n]).unwrap();
+    assert_eq!(f.payload(), b"8 bytes!");
+    let p = Repr::parse(&f).unwrap();
+    // The sessions travel as their tag.
+    assert_eq!(p.tag, session_tag(r.src_session, r.dst_session));
+    assert_eq!(
+        p,
+        Repr {
+            src_session: 0,
+            dst_session: 0,
+            tag: p.tag,
+            ..r
+        }
+    );
+    assert_ne!(
+        session_tag(r.src_session, r.dst_session),
+        session_tag(r.src_session ^ 1, r.dst_session)
+    );
+    assert_ne!(
+        session_tag(r.src_session, r.dst_session),
+        session_tag(r.src_session, r.dst_session ^ 1)
+    );
+}
+
+#[test]
+fn every_header_bit_flip_of_a_small_frame_is_caught() {
+    let r = small();
+    let mut buf = vec![0u8; 128];
+    let n = r.emit(&mut buf);
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    for bit in 0..(COMPACT_OVERHEAD * 8) {
+        let mut b = buf[..n].to_vec();
+        b[bit / 8] ^= 1 << (bit % 8);
+        assert!(
+            Frame::new_checked(&b[..]).is_err(),
+            "bit {bit} flip undetected"
+        );
+    }
+}
+
+#[test]
+fn a_small_frame_read_directly_agrees_with_the_checked_parse() {
+    let mut buf = vec![0u8; 128];
+    let n = small().emit(&mut buf);
+    buf[COMPACT_OVERHEAD..COMPACT_OVERHEAD + 8].copy_from_slice(b"8 bytes!");
+    buf[field::small::FLAGS] = FLAG_PAYLOAD_CK as u8;
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    let full = Repr::parse(&Frame::new_checked(&buf[..n]).unwrap()).unwrap();
+    assert_eq!(SmallHeader::parse(&buf[..n]).unwrap().repr(), full);
+    // Every fault gives the error the checked parse gives: a flipped bit anywhere (the
+    // payload is covered), a cut frame, a full-header frame.
+    for bit in 0..n * 8 {
+        let mut b = buf[..n].to_vec();
+        b[bit / 8] ^= 1 << (bit % 8);
+        let want = Frame::new_checked(&b[..]).and_then(|f| Repr::parse(&f));
+        match SmallHeader::parse(&b) {
+            Ok(h) => assert_eq!(Ok(h.repr()), want, "bit {bit}"),
+            Err(e) if b[field::KIND] == Kind::Small as u8 => {
+                assert_eq!(Err(e), want.map(|_| ()), "bit {bit}")
+            }
+            Err(e) => assert_eq!(e, Error::Type, "bit {bit}"),
+        }
+    }
+    for cut in 0..n {
+        assert_eq!(
+            SmallHeader::parse(&buf[..cut]).map(|h| h.repr()),
+            Frame::new_checked(&buf[..cut]).and_then(|f| Repr::parse(&f)),
+            "cut at {cut}"
+        );
+    }
+    let mut full_frame = vec![0u8; 128];
+    sample().emit(&mut full_frame);
+    assert_eq!(SmallHeader::parse(&full_frame), Err(Error::Type));
+    // The sender's fill of a small frame's checksum is the general one, with the
+    // payload covered or not, at every payload length.
+    for len in [0, 1, 7, 8, 9, 74, 75, 200, 255] {
+        for ck in [0, FLAG_PAYLOAD_CK] {
+            let r = Repr {
+                flags: ck,
+                length: len,
+                total: len as u64,
+                ..small()
+            };
+            let mut a = vec![0x5au8; 400];
+            let n = r.emit(&mut a);
+            let mut b = a.clone();
+            Frame::new_unchecked(&mut a[..n]).fill_checksum();
+            fill_small_checksum(&mut b[..n]);
+            assert_eq!(a, b, "length {len}, flags {ck}");
+            assert!(SmallHeader::parse(&b[..n]).is_ok());
+        }
+    }
+}
+
+#[test]
+fn another_version_is_refused_as_such() {
+    let mut buf = vec![0u8; 128];
+    let n = sample().emit(&mut buf);
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    buf[ETH_HEADER_LEN] = 1;
+    assert_eq!(Frame::new_checked(&buf[..n]).unwrap_err(), Error::Version);
+}
+
+#[test]
+fn round_trip() {
+    let r = sample();
+    let mut buf = vec![0u8; 256];
+    let n = r.emit(&mut buf);
+    buf[OVERHEAD..OVERHEAD + 5].copy_from_slice(b"hello");
+    let mut f = Frame::new_unchecked(&mut buf[..n]);
+    f.fill_checksum();
+    let f = Frame::new_checked(&buf[..n]).unwrap();
+    assert_eq!(Repr::parse(&f).unwrap(), r);
+    assert_eq!(f.payload(), b"hello");
+}
+
+#[test]
+fn every_single_bit_flip_is_caught() {
+    let mut r = sample();
+    r.flags |= FLAG_PAYLOAD_CK;
+    let mut buf = vec![0u8; 128];
+    let n = r.emit(&mut buf);
+    buf[OVERHEAD..OVERHEAD + 5].copy_from_slice(b"hello");
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    for bit in 0..(n * 8) {
+        let mut b = buf[..n].to_vec();
+        b[bit / 8] ^= 1 << (bit % 8);
+        // Flips in the padding past the payload are not part of the frame's contents.
+        if bit / 8 >= OVERHEAD + 5 {
+            continue;
+        }
+        assert!(
+            Frame::new_checked(&b[..]).is_err(),
+            "bit {bit} flip undetected"
+        );
+    }
+}
+
+#[test]
+fn without_payload_checksum_the_headers_are_still_checked() {
+    let r = sample();
+    let mut buf = vec![0u8; 128];
+    let n = r.emit(&mut buf);
+    buf[OVERHEAD..OVERHEAD + 5].copy_from_slice(b"hello");
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    for bit in 0..(n * 8) {
+        let mut b = buf[..n].to_vec();
+        b[bit / 8] ^= 1 << (bit % 8);
+        let res = Frame::new_checked(&b[..]);
+        if bit / 8 < OVERHEAD {
+            assert!(res.is_err(), "header bit {bit} flip undetected");
+        } else {
+            // The payload is the link's to protect (FCS, memory).
+            assert!(res.is_ok(), "payload bit {bit} flip refused");
+        }
+    }
+    // The same frame with the flag: the checksum differs and the payload is covered.
+    let mut b2 = buf[..n].to_vec();
+    let mut f = Frame::new_unchecked(&mut b2[..]);
+    f.set_flags(r.flags | FLAG_PAYLOAD_CK);
+    f.fill_checksum();
+    b2[OVERHEAD] ^= 1;
+    assert_eq!(Frame::new_checked(&b2[..]).unwrap_err(), Error::Checksum);
+}
+
+#[test]
+fn short_and_foreign_frames_refused() {
+    assert_eq!(
+        Frame::new_checked(&[0u8; 10][..]).unwrap_err(),
+        Error::Truncated
+    );
+    let mut buf = vec![0u8; 128];
+    let n = sample().emit(&mut buf);
+    buf[12] = 0x08;
+    assert_eq!(Frame::new_checked(&buf[..n]).unwrap_err(), Error::EtherType);
+}
+
+#[test]
+fn fragment_fields_validated() {
+    let mut r = sample();
+    r.frag_index = 3;
+    let mut buf = vec![0u8; 128];
+    let n = r.emit(&mut buf);
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    let f = Frame::new_checked(&buf[..n]).unwrap();
+    assert_eq!(Repr::parse(&f).unwrap_err(), Error::Malformed);
+}
+
+#[test]
+fn mac_text() {
+    let m: MacAddr = "02:00:0a:ff:00:01".parse().unwrap();
+    assert_eq!(m.to_string(), "02:00:0a:ff:00:01");
+    assert!("02:00".parse::<MacAddr>().is_err());
+    assert!("zz:00:0a:ff:00:01".parse::<MacAddr>().is_err());
+}
