@@ -37,10 +37,12 @@ demo:
 	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
 	"$(CARGO_TARGET_DIR)/release/tigon" demo
 
-# Instructions per small message in the engine (callgrind; ~1 minute).
+# Instructions per small message in the engine (callgrind; ~1 minute). Built always this one
+# way, with its own profile (Cargo.toml `bench-instr`: release with one codegen unit), so that
+# the count follows the source only, not how a release binary happened to be built.
 bench-instr:
 	@$(SETUP) && \
-	$(CARGO) build -j$(JOBS) --release -q -p tigon && \
+	$(CARGO) build -j$(JOBS) --profile bench-instr -q -p tigon && \
 	scripts/bench-instr.sh
 
 # All three benchmarks, even when one fails; results under $(CARGO_TARGET_DIR)/bench/.
