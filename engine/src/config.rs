@@ -43,6 +43,12 @@ pub struct Config {
     /// wait, or when a poll finds nothing more to receive; within this delay at the latest.
     pub ack_delay_ns: u64,
     pub ack_every: u32,
+    /// Acks owed go out once the link has been quiet this long (nothing received): long
+    /// enough for a rank to answer what it just got (a ping-pong's reply carries the ack, so
+    /// each message costs one frame, not two), short against `ack_delay_ns`. Sends that
+    /// complete only on their ack are few (the MTL completes small standard sends at once;
+    /// synchronous and rendezvous sends complete on Matched and Fin).
+    pub ack_idle_ns: u64,
     /// Retransmit timeout bounds; the timeout itself comes from the measured RTT. The floor
     /// is what a lossless link may take beyond the RTT estimate without a loss: a full
     /// window queued in a ring (1,024 frames of 1.5 KB at 25 Gbit/s: 0.5 ms) or a poll loop
@@ -86,6 +92,7 @@ impl Default for Config {
             unexpected_rts: 1 << 20,
             ack_delay_ns: 20_000,
             ack_every: 16,
+            ack_idle_ns: 8_000,
             rto_min_ns: 1_000_000,
             rto_max_ns: 200_000_000,
             rto_initial_ns: 2_000_000,

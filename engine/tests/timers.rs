@@ -283,3 +283,96 @@ fn peers_that_operations_only_wait_on_cost_no_timer_pass() {
     let took = w.now - gone_at;
     assert!(took <= deadline + deadline / 2, "failed after {took} ns");
 }
+
+/// A message answered within `ack_idle_ns` (a ping-pong's reply) has its ack carried by the
+/// answer: one frame per message, not two. A message nobody answers is acknowledged once the
+/// link has been quiet for `ack_idle_ns`, not at the first pass that finds nothing to receive.
+#[test]
+fn a_reply_carries_the_ack_and_a_lone_message_is_acked_once_the_link_is_quiet() {
+    let cfg = Config::default();
+    let quiet = cfg.ack_idle_ns;
+    assert!(quiet >= 4_000 && quiet < cfg.ack_delay_ns);
+    let mut w = World::new(2, lossless(), 11, cfg);
+    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    let settle = |w: &mut World| {
+        w.run_until(100_000, |w| {
+            w.nodes.iter().all(|n| n.eng.pending_ops() == 0)
+        });
+        for n in w.nodes.iter_mut() {
+            while let Some(c) = n.eng.pop_completion() {
+                assert!(c.result.is_ok(), "{c:?}");
+            }
+        }
+    };
+    let ping = |w: &mut World, k: u32| {
+        let buf = w.mem(0).insert(pattern(0, k, 8));
+        w.nodes[0]
+            .eng
+            .isend(0, b, match_bits(1, 1), 0, buf, SendMode::Standard)
+            .unwrap();
+        let rb = w.mem(1).insert(vec![0; 8]);
+        w.nodes[1]
+            .eng
+            .irecv(0, MatchSpec::mpi(1, 0, 1), rb)
+            .unwrap()
+    };
+    // The connection, and the acks of its set-up, out of the way.
+    ping(&mut w, 0);
+    settle(&mut w);
+    w.run_until(1_000, |w| {
+        w.nodes.iter().all(|n| n.eng.stats.retransmits == 0)
+    });
+
+    let (acks0, acks1) = (
+        w.nodes[0].eng.stats.acks_sent,
+        w.nodes[1].eng.stats.acks_sent,
+    );
+    let frames1 = w.nodes[1].eng.stats.tx_frames;
+    for k in 1..=10 {
+        let rb = w.mem(0).insert(vec![0; 8]);
+        let reply = w.nodes[0]
+            .eng
+            .irecv(0, MatchSpec::mpi(1, 1, 2), rb)
+            .unwrap();
+        let r = ping(&mut w, k);
+        w.run_until(10_000, |w| !w.nodes[1].eng.is_pending(r));
+        // Node 1's rank answers at once.
+        let buf = w.mem(1).insert(pattern(1, k, 8));
+        w.nodes[1]
+            .eng
+            .isend(0, a, match_bits(1, 2), 1, buf, SendMode::Standard)
+            .unwrap();
+        // The next ping goes as soon as the reply is in (its ack rides on that ping).
+        w.run_until(10_000, |w| !w.nodes[0].eng.is_pending(reply));
+    }
+    settle(&mut w);
+    let s1 = &w.nodes[1].eng.stats;
+    assert_eq!(s1.acks_sent, acks1, "every ping's ack rode on its reply");
+    assert_eq!(s1.tx_frames - frames1, 10, "one frame per reply");
+    // Node 0's acks rode on its pings, but for the last reply's, which has none to ride on.
+    assert_eq!(w.nodes[0].eng.stats.acks_sent - acks0, 1);
+
+    // A lone message: no ack while the link has been quiet for less than `ack_idle_ns`.
+    let r = ping(&mut w, 11);
+    w.wait(1, r, 10_000);
+    let acks1 = w.nodes[1].eng.stats.acks_sent;
+    let start = w.now;
+    while w.now < start + quiet - 1_000 {
+        poll_one(&mut w, 1);
+        assert_eq!(
+            w.nodes[1].eng.stats.acks_sent, acks1,
+            "ack sent before the link was quiet"
+        );
+    }
+    while w.now < start + quiet + 3_000 {
+        poll_one(&mut w, 1);
+    }
+    assert_eq!(
+        w.nodes[1].eng.stats.acks_sent,
+        acks1 + 1,
+        "ack sent once quiet"
+    );
+    settle(&mut w);
+    assert_eq!(w.nodes[0].eng.stats.retransmits, 0);
+}

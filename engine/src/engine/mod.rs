@@ -120,8 +120,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// Frames sent carry a checksum over their payload too (`Config::payload_checksum`,
     /// resolved against the link at each transmit pass).
     payload_ck: bool,
-    /// This pass received nothing: acks owed are sent now.
-    idle: bool,
+    /// Since when the polls have received nothing (`None` while frames arrive): acks owed
+    /// go out once the link has been quiet for `Config::ack_idle_ns`.
+    idle_since: Option<u64>,
     pub stats: Stats,
 }
 
@@ -172,7 +173,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             reclaim_cursor: 0,
             now: 0,
             payload_ck: true,
-            idle: false,
+            idle_since: None,
             stats: Stats::default(),
         })
     }
@@ -211,9 +212,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.now = now;
         // rx burst → demux → protocol (rx.rs, then conn.rs, credit.rs, proto/)
         let rx = self.receive(link, now);
-        // Acks owed go out with traffic, every `ack_every` frames, or once a pass finds
-        // nothing to receive: a busy loop acknowledges by the burst, not by a timer.
-        self.idle = rx.frames == 0;
+        // Acks owed go out with traffic, every `ack_every` frames, or once the passes have
+        // found nothing to receive for `ack_idle_ns`: a busy loop acknowledges by the burst,
+        // not by a timer, and a request answered at once (a ping-pong's reply) carries the
+        // ack instead of a frame of its own.
+        if rx.frames == 0 {
+            self.idle_since.get_or_insert(now);
+        } else {
+            self.idle_since = None;
+        }
         // tx burst (tx.rs; the stream picks the frames)
         let sent = self.transmit(link, now);
         // timers (timers.rs), once the receive queue is drained: with frames still waiting
@@ -225,6 +232,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // copy completions (copyq.rs)
         let copied = self.copy_completions();
         rx.frames + sent + copied
+    }
+
+    /// When the acks owed are sent because the link went quiet (`Config::ack_idle_ns`), if
+    /// it is quiet now.
+    #[inline]
+    fn idle_ack_at(&self) -> Option<u64> {
+        self.idle_since
+            .map(|t| t.saturating_add(self.cfg.ack_idle_ns))
     }
 
     /// Retires a request and queues its completion.

@@ -217,6 +217,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 return 0;
             }
             if let Some(t) = s.ack_due {
+                let t = self.idle_ack_at().map_or(t, |q| q.min(t));
                 budget = budget.min(t.saturating_sub(now));
             }
             if !s.unacked.is_empty() || p.waiting_on_peer() {

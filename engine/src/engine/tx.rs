@@ -174,8 +174,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         }
         let stream = &self.peers[p].stream;
-        let ack =
-            stream.ack_due_at(now) || stream.probe_reply || self.idle && stream.ack_due.is_some();
+        let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
+        let ack = stream.ack_due_at(now) || stream.probe_reply || quiet && stream.ack_due.is_some();
         if ack && self.tx.len() < budget {
             // The selective ack only when frames are missing: an ack without it reads as
             // "nothing held beyond the cumulative ack".
