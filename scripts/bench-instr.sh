@@ -8,8 +8,19 @@
 # loop (scripts/callgrind-incl.py, python3). Prints instructions per message per side, the functions
 # that cost the most, and writes target/bench/instr.json.
 #     scripts/bench-instr.sh [N]        (default N = 20000; `make bench-instr`)
+# With --peers P: engine A of `tigon bench scale --peers P` (one engine receiving from P
+# simulated remote nodes, uniform then hot-set traffic), per message it receives: its poll and
+# receives, less the in-memory link's calls made by the engine (the simulated nodes call the
+# same link functions: their calls are theirs), and A's frames sent per message (its acks).
+#     scripts/bench-instr.sh --peers 65536 [N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+peers=""
+if [ "${1:-}" = "--peers" ]; then
+    peers=${2:-}
+    case "$peers" in '' | *[!0-9]*) echo "bench-instr: --peers needs a number, not '$peers'" >&2; exit 2 ;; esac
+    shift 2
+fi
 n=${1:-20000}
 case "$n" in '' | *[!0-9]*) echo "bench-instr: N must be a positive integer, not '$n'" >&2; exit 2 ;; esac
 target=${CARGO_TARGET_DIR:-target}
@@ -32,6 +43,42 @@ count() {
         { cat "$tmp/err.$1" >&2; exit 1; }
     awk '/^totals:/ {print $2}' "$tmp/cg.$1"
 }
+link_fns='<tigon_engine::memlink::Mem(Link as tigon_engine::link::Link>::(rx_burst|alloc_tx|tx_burst)|Frame as core::ops::drop::Drop>::drop)$'
+if [ -n "$peers" ]; then
+    scount() {
+        valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::Pair::traffic*' \
+            --callgrind-out-file="$tmp/cg.$1" \
+            "$tigon" bench scale --peers "$peers" --messages "$1" >"$tmp/out.$1" 2>"$tmp/err.$1" ||
+            { cat "$tmp/err.$1" >&2; exit 1; }
+        awk '/^totals:/ {print $2}' "$tmp/cg.$1"
+    }
+    # A's poll and receives (inclusive), less the link calls made by engine functions.
+    engine_a() {
+        read -r p r <<<"$(python3 scripts/callgrind-incl.py "$tmp/cg.$1" \
+            'tigon_engine::engine::Engine<L,C>::poll$' \
+            'tigon_engine::engine::api::<impl tigon_engine::engine::Engine<L,C>>::irecv$' |
+            paste -sd' ')"
+        l=$(python3 scripts/callgrind-incl.py --calls "$tmp/cg.$1" 'tigon_engine::engine' "$link_fns")
+        echo "$((p + r - l)) $l"
+    }
+    t1=$(scount "$n")
+    t2=$(scount $((2 * n)))
+    read -r e1 l1 <<<"$(engine_a "$n")"
+    read -r e2 l2 <<<"$(engine_a $((2 * n)))"
+    # Two traffic phases (uniform, hot) of N messages each, all received by A.
+    msgs=$((2 * n))
+    engine=$(( (e2 - e1) / msgs ))
+    link=$(( (l2 - l1) / msgs ))
+    rest=$(( (t2 - t1) / msgs - engine - link ))
+    echo "bench scale --peers $peers: instructions per message received by engine A (N=$n, 2N=$((2 * n)) per phase, uniform and hot phases)"
+    echo "  engine A: $engine, the in-memory link (A's calls): $link, the simulated nodes and the loop: $rest"
+    cat >"$out/instr-scale-$peers.json" <<JSON
+{"bench": "instr-scale", "command": "scripts/bench-instr.sh --peers $peers $n", "revision": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+ "results": {"peers": $peers, "messages": $n, "engine_per_msg": $engine, "link_per_msg": $link, "nodes_and_loop_per_msg": $rest}}
+JSON
+    echo "json: $out/instr-scale-$peers.json"
+    exit 0
+fi
 i1=$(count "$n")
 i2=$(count $((2 * n)))
 # Two traffic phases (uniform, hot) of N messages each; two engines.
@@ -45,7 +92,7 @@ split() {
     python3 scripts/callgrind-incl.py "$tmp/cg.$1" \
         'tigon_engine::engine::Engine<L,C>::poll$' \
         'tigon_engine::engine::api::<impl tigon_engine::engine::Engine<L,C>>::i(send|recv)$' \
-        '<tigon_engine::memlink::Mem(Link as tigon_engine::link::Link>::(rx_burst|alloc_tx|tx_burst)|Frame as core::ops::drop::Drop>::drop)$' |
+        "$link_fns" |
         paste -sd' '
 }
 read -r p1 a1 l1 <<<"$(split "$n")"

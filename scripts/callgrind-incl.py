@@ -4,6 +4,11 @@ parts of a function (callgrind's fi=/fe= file switches) merged into it.
 
     scripts/callgrind-incl.py FILE REGEX...   prints, per REGEX, the summed inclusive count
                                               of the functions whose name matches it
+    scripts/callgrind-incl.py --calls FILE CALLER CALLEE
+                                              prints the inclusive count of the calls made by
+                                              functions matching CALLER to functions matching
+                                              CALLEE (one engine's link calls, when another
+                                              party calls the same link functions)
 Used by scripts/bench-instr.sh to split the count into engine, link and bench loop."""
 import collections
 import re
@@ -11,7 +16,7 @@ import sys
 
 
 def inclusive(path):
-    names, incl = {}, collections.Counter()
+    names, incl, calls = {}, collections.Counter(), collections.Counter()
 
     def name(tok):
         m = re.match(r"\((\d+)\)(?: (.*))?$", tok)
@@ -41,12 +46,19 @@ def inclusive(path):
                 # counted twice.
                 if not in_call or callee != cur:
                     incl[cur] += int(parts[1])
+                if in_call:
+                    calls[(cur, callee)] += int(parts[1])
                 in_call = False
-    return incl
+    return incl, calls
 
 
 def main():
-    incl = inclusive(sys.argv[1])
+    if sys.argv[1] == "--calls":
+        _, calls = inclusive(sys.argv[2])
+        caller, callee = re.compile(sys.argv[3]), re.compile(sys.argv[4])
+        print(sum(v for (a, b), v in calls.items() if caller.search(a) and callee.search(b)))
+        return
+    incl, _ = inclusive(sys.argv[1])
     for pat in sys.argv[2:]:
         r = re.compile(pat)
         print(sum(v for k, v in incl.items() if r.search(k)))
