@@ -329,6 +329,39 @@ fn layouts_shared_and_dedicated() {
     );
 }
 
+/// Issue 15: an unexpected small message costs at most three CPU copies per payload byte
+/// (the sender's into its channel, the receiving engine's out of the frame it kept in its
+/// unexpected store, or none when it lends that frame, and the receiver's into its buffer),
+/// never the old copy into the store and out of it again. 200 messages of 200 B all wait
+/// unexpected at rank 1's node (`unexpected_small`).
+#[test]
+fn unexpected_small_messages_are_copied_at_most_three_times() {
+    let prog = program("unexpected_small");
+    let p = prog.to_str().unwrap();
+    let e = tigon_run(&["--stats", "-np", "2", "--", p, "200", "200"], JOB);
+    e.assert_ok("unexpected_small");
+    let stats = e.stats();
+    let rx = stats
+        .iter()
+        .find(|s| num(s, "/copies/payload_bytes") == 40_000)
+        .unwrap_or_else(|| panic!("no node received the 40,000 bytes: {}", e.text()));
+    assert!(num(rx, "/messages/unexpected") >= 200, "{rx}");
+    assert_eq!(num(rx, "/copies/unexpected_store_bytes"), 0, "{rx}");
+    assert_eq!(num(rx, "/copies/unexpected_frames_held"), 0, "{rx}");
+    let engines = sum_stats(&e, "/copies/cpu_bytes") + sum_stats(&e, "/copies/direct_bytes");
+    let ranks = sum_stats(&e, "/copies/rank_bytes");
+    // Frames lent (the receive pool shared with the ranks): the engines copy nothing.
+    let lent = num(rx, "/serve/leases") >= 200;
+    let most = if lent { 2 * 40_000 } else { 3 * 40_000 };
+    assert!(
+        engines + ranks <= most,
+        "{} copies per byte (lent: {lent}): {}",
+        (engines + ranks) as f64 / 40_000.0,
+        e.text()
+    );
+    assert_clean(&e);
+}
+
 /// An all-to-all (every rank sends 4 B, 64 KiB and 1 MiB to every other rank at once) at 12,
 /// 20 and 40 ranks over two nodes: each agent serves hundreds of peers at once (66 at 12
 /// ranks, 780 at 40), more than its store could give the old fixed 4 MiB grant (a 12-rank job

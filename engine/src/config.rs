@@ -36,6 +36,10 @@ pub struct Config {
     /// Unexpected eager messages held at most; past it, the stream from the sender stalls (it
     /// retransmits).
     pub unexpected_count: usize,
+    /// Unexpected messages of one frame held as that frame (each keeps a buffer of the
+    /// link's receive pool: set it well under the pool's size); past it, they are copied
+    /// out of their frames into the store's own memory.
+    pub unexpected_frames: usize,
     /// Unexpected rendezvous requests (RTS, header only, no credit needed) held at most; past
     /// it, the stream from the sender stalls.
     pub unexpected_rts: usize,
@@ -89,6 +93,7 @@ impl Default for Config {
             credit_idle_ns: 100_000_000,
             unexpected_bytes: 256 << 20,
             unexpected_count: 1 << 16,
+            unexpected_frames: 1024,
             unexpected_rts: 1 << 20,
             ack_delay_ns: 20_000,
             ack_every: 16,

@@ -60,7 +60,14 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             );
         }
         copy.rx_mem = plane.rx_mem;
-        let eng = Engine::new(s.engine.clone(), plane.mac, plane.link.max_frame(), copy)?;
+        // Unexpected messages held as their frames keep receive buffers: a quarter of the
+        // pool at most (another quarter may be lent to ranks), the rest for the port's ring
+        // and the reorder windows.
+        let cfg = tigon_engine::Config {
+            unexpected_frames: dpdk::RX_POOL as usize / 4,
+            ..s.engine.clone()
+        };
+        let eng = Engine::new(cfg, plane.mac, plane.link.max_frame(), copy)?;
         log::info!(
             "tigon agent: port {} ({}), mtu {}, lcore {}, socket {}, dma {}, idle {}",
             s.devargs,

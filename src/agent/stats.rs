@@ -89,7 +89,9 @@ pub fn json(
 /// are what their clients report (into and out of channel buffers, and out of staging).
 /// `tx_in_place_bytes` are payload bytes the port sent straight from channel buffers (no
 /// copy by the engine); `leases_held` are received frames lent to ranks now (they read the
-/// payload where it arrived; `serve.leases` counts the receives completed so).
+/// payload where it arrived; `serve.leases` counts the receives completed so);
+/// `unexpected_frames_held` are unexpected messages kept as the frame they came in (copied
+/// once, or lent, when they match: not copied into the store).
 fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
     let c = eng.copy_engine();
     let s = &eng.stats;
@@ -109,6 +111,7 @@ fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Val
         "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
         "tx_in_place_bytes": eng.stats.tx_in_place_bytes,
         "leases_held": c.clients.budget.held, "leases_max": c.clients.budget.max,
+        "unexpected_frames_held": eng.unexpected_frames(),
         "engine_per_payload_byte": per(engine), "ranks_per_payload_byte": per(ranks),
     })
 }

@@ -84,7 +84,7 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     retire_check: VecDeque<(usize, u64)>,
     free: Vec<usize>,
     reqs: Requests,
-    unex: unexpected::Store,
+    unex: unexpected::Store<L::Frame>,
     /// Bytes of the unexpected store granted to peers as eager credit.
     grants_total: u64,
     /// A peer asked for more eager credit than the store had left: reclaim from idle peers at
@@ -310,5 +310,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Bytes held by unexpected messages right now.
     pub fn unexpected_bytes(&self) -> u64 {
         self.unex.bytes()
+    }
+
+    /// Unexpected messages held as the frame they came in right now (each keeps a buffer of
+    /// the link's receive pool; at most `Config::unexpected_frames`).
+    pub fn unexpected_frames(&self) -> usize {
+        self.unex.frames()
     }
 }

@@ -1,13 +1,24 @@
 //! The unexpected store: messages that arrived before a matching receive was posted. Eager
 //! messages are held whole (bounded by bytes and count, paid for by the credit granted to
-//! their senders); rendezvous RTSs header-only (bounded by their own count).
+//! their senders); rendezvous RTSs header-only (bounded by their own count). A message that
+//! came in one frame is held as that frame, not copied out of it (bounded by
+//! `Config::unexpected_frames`: each pins a buffer of the link's receive pool), so its
+//! payload is copied once, at the match, or lent to the receiver there.
 
 use super::types::{MsgInfo, ReqId};
 use crate::fasthash::FastMap as HashMap;
 use crate::matching::MatchSpec;
 
-#[derive(Debug)]
-pub(super) struct Unexp {
+/// Where a stored message's payload lies.
+pub(super) enum Data<F> {
+    /// Copied out of its frames, which went back to the link (a message of several frames,
+    /// or one past the frame bound): `received` bytes of it so far.
+    Bytes(Vec<u8>),
+    /// Its one frame, as it arrived, the payload from byte `.1` on.
+    Frame(F, usize),
+}
+
+pub(super) struct Unexp<F> {
     pub(super) ep: u16,
     /// The peer node it came from.
     pub(super) peer: usize,
@@ -15,18 +26,32 @@ pub(super) struct Unexp {
     pub(super) info: MsgInfo,
     pub(super) sync: bool,
     pub(super) rndv: bool,
-    pub(super) data: Vec<u8>,
+    pub(super) data: Data<F>,
     pub(super) received: u64,
     pub(super) cost: u32,
     /// A receive waiting for the rest of the data.
     pub(super) claimed: Option<ReqId>,
 }
 
-#[derive(Debug)]
-pub(super) struct Store {
-    msgs: HashMap<u64, Unexp>,
+impl<F> Unexp<F> {
+    /// Store bytes the message takes (what its sender's credit pays for).
+    fn bytes(&self) -> u64 {
+        match &self.data {
+            Data::Bytes(v) => v.capacity() as u64,
+            Data::Frame(..) => self.info.len,
+        }
+    }
+    fn frames(&self) -> usize {
+        usize::from(matches!(self.data, Data::Frame(..)))
+    }
+}
+
+pub(super) struct Store<F> {
+    msgs: HashMap<u64, Unexp<F>>,
     next: u64,
     bytes: u64,
+    /// Messages held as their received frame.
+    frames: usize,
     /// Unexpected RTSs held (bounded apart from eager messages: they cost no credit).
     rts: usize,
     /// Messages taken by `improbe`, by handle, until `imrecv` receives them.
@@ -36,12 +61,13 @@ pub(super) struct Store {
     held: HashMap<usize, u32>,
 }
 
-impl Default for Store {
+impl<F> Default for Store<F> {
     fn default() -> Self {
         Store {
             msgs: HashMap::default(),
             next: 1,
             bytes: 0,
+            frames: 0,
             rts: 0,
             probed: HashMap::default(),
             held: HashMap::default(),
@@ -49,19 +75,20 @@ impl Default for Store {
     }
 }
 
-impl Store {
+impl<F> Store<F> {
     /// Stores `x`; returns its key.
-    pub(super) fn insert(&mut self, x: Unexp) -> u64 {
+    pub(super) fn insert(&mut self, x: Unexp<F>) -> u64 {
         let u = self.next;
         self.next += 1;
-        self.bytes += x.data.capacity() as u64;
+        self.bytes += x.bytes();
+        self.frames += x.frames();
         self.rts += usize::from(x.rndv);
         *self.held.entry(x.peer).or_insert(0) += 1;
         self.msgs.insert(u, x);
         u
     }
 
-    pub(super) fn remove(&mut self, u: u64) -> Option<Unexp> {
+    pub(super) fn remove(&mut self, u: u64) -> Option<Unexp<F>> {
         let x = self.msgs.remove(&u)?;
         if let Some(n) = self.held.get_mut(&x.peer) {
             *n -= 1;
@@ -69,15 +96,16 @@ impl Store {
                 self.held.remove(&x.peer);
             }
         }
-        self.bytes -= x.data.capacity() as u64;
+        self.bytes -= x.bytes();
+        self.frames -= x.frames();
         self.rts -= usize::from(x.rndv);
         Some(x)
     }
 
-    pub(super) fn get(&self, u: u64) -> Option<&Unexp> {
+    pub(super) fn get(&self, u: u64) -> Option<&Unexp<F>> {
         self.msgs.get(&u)
     }
-    pub(super) fn get_mut(&mut self, u: u64) -> Option<&mut Unexp> {
+    pub(super) fn get_mut(&mut self, u: u64) -> Option<&mut Unexp<F>> {
         self.msgs.get_mut(&u)
     }
 
@@ -95,6 +123,10 @@ impl Store {
     /// Bytes held by eager messages.
     pub(super) fn bytes(&self) -> u64 {
         self.bytes
+    }
+    /// Messages held as their received frame.
+    pub(super) fn frames(&self) -> usize {
+        self.frames
     }
     /// RTSs held.
     pub(super) fn rts(&self) -> usize {

@@ -6,8 +6,9 @@
 use crate::copy::CopyEngine;
 use crate::engine::Engine;
 use crate::engine::peer::{EagerTarget, InEager, eager_cost};
+use crate::engine::request::RecvState;
 use crate::engine::types::{Error, Outcome, ReqId};
-use crate::engine::unexpected::Unexp;
+use crate::engine::unexpected::{Data, Unexp};
 use crate::link::Link;
 use crate::wire::{self, Repr};
 
@@ -15,8 +16,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// One in-order eager fragment. `false`: the store cannot take a new message now.
     pub(super) fn on_eager(&mut self, p: usize, r: &Repr, f: L::Frame) -> bool {
         let sync = r.flags & wire::FLAG_SYNC != 0;
+        // The frame, unless the store keeps it as it is.
+        let mut f = Some(f);
         let (target, last) = if r.frag_index == 0 {
-            let Some(target) = self.start_eager(p, r, sync) else {
+            let Some(target) = self.start_eager(p, r, sync, &mut f) else {
                 return false;
             };
             let msgs = &mut self.peers[p].msgs;
@@ -51,6 +54,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         let head = r.payload_offset();
         let payload = head..head + r.length as usize;
+        let Some(f) = f else {
+            // Held by the store, whole: nothing to copy now.
+            return true;
+        };
         match target {
             EagerTarget::Req(id) => {
                 let Some(rr) = self.reqs.recv_mut(id) else {
@@ -90,8 +97,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 let Some(x) = self.unex.get_mut(u) else {
                     return true;
                 };
+                let Data::Bytes(data) = &mut x.data else {
+                    return true;
+                };
                 let at = r.offset as usize;
-                x.data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
+                data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
                 x.received += r.length as u64;
                 self.stats.unexpected_copied_bytes += r.length as u64;
                 if last && let Some(id) = x.claimed {
@@ -103,8 +113,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// The first fragment of a new message: match it to a posted receive or make room for it
-    /// in the store; where its fragments go. `None`: the store is full.
-    fn start_eager(&mut self, p: usize, r: &Repr, sync: bool) -> Option<EagerTarget> {
+    /// in the store; where its fragments go. `None`: the store is full. A message in one
+    /// frame is stored as that frame (`f` taken) while the store's frame bound allows: the
+    /// link's receive pool must keep buffers for the port.
+    fn start_eager(
+        &mut self,
+        p: usize,
+        r: &Repr,
+        sync: bool,
+        f: &mut Option<L::Frame>,
+    ) -> Option<EagerTarget> {
         self.peers[p].credit.last_eager_rx = self.now;
         let ep = r.dst_ep;
         let info = self.msg_info(p, r);
@@ -120,6 +138,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             {
                 return None;
             }
+            let whole = r.frag_count == 1
+                && r.length as u64 == r.total
+                && self.unex.frames() < self.cfg.unexpected_frames;
+            let (data, received) = match f.take_if(|_| whole) {
+                Some(f) => (Data::Frame(f, r.payload_offset()), r.total),
+                None => (Data::Bytes(vec![0; r.total as usize]), 0),
+            };
             EagerTarget::Store(self.add_unexp(Unexp {
                 ep,
                 peer: p,
@@ -127,8 +152,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 info,
                 sync,
                 rndv: false,
-                data: vec![0; r.total as usize],
-                received: 0,
+                data,
+                received,
                 cost,
                 claimed: None,
             }))
@@ -146,7 +171,31 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         let n = x.info.len.min(r.buf.len);
         let buf = r.buf;
-        let res = self.copy.write(&buf, 0, &x.data[..n as usize]);
+        let data = match x.data {
+            Data::Bytes(data) => data,
+            Data::Frame(f, head) => {
+                // Its frame, as it arrived: lent to the receiver if it takes leases (no copy
+                // at all), else copied once, as a message that meets its receive on arrival.
+                r.state = RecvState::Eager;
+                r.received = n;
+                r.arrived = true;
+                let range = head..head + n as usize;
+                let f = if n == x.info.len {
+                    self.copy.lend(f, range.clone(), &buf).err()
+                } else {
+                    Some(f)
+                };
+                if let Some(f) = f
+                    && n > 0
+                {
+                    self.submit_copy(id, f, range, buf, 0);
+                }
+                self.try_finish_recv(id);
+                self.release_credit(x.peer, x.cost, x.sync, x.msg_id);
+                return;
+            }
+        };
+        let res = self.copy.write(&buf, 0, &data[..n as usize]);
         match res {
             Ok(()) => {
                 let r = self.reqs.recv_mut(id).expect("present");

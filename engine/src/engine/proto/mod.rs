@@ -214,7 +214,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Stores a message no receive was posted for, queued on its endpoint in arrival order.
-    fn add_unexp(&mut self, x: Unexp) -> u64 {
+    fn add_unexp(&mut self, x: Unexp<L::Frame>) -> u64 {
         let ep = x.ep;
         let u = self.unex.insert(x);
         self.stats.unexpected += 1;

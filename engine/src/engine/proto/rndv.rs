@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::engine::request::RecvState;
 use crate::engine::stream::TxDesc;
 use crate::engine::types::{Error, Outcome, ReqId};
-use crate::engine::unexpected::Unexp;
+use crate::engine::unexpected::{Data, Unexp};
 use crate::link::Link;
 use crate::wire::{self, Kind, Repr};
 
@@ -49,7 +49,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 info,
                 sync: false,
                 rndv: true,
-                data: Vec::new(),
+                data: Data::Bytes(Vec::new()),
                 received: 0,
                 cost: 0,
                 claimed: None,
