@@ -100,8 +100,8 @@ pub struct PortLink {
     rx: Vec<Mbuf>,
     tx: Vec<Mbuf>,
     udp: Option<Udp>,
-    /// Frames may be header + payload chains (`Port::tx_chains`, and not `--wire udp`,
-    /// whose encapsulation wants the frame in one piece): see [`Link::alloc_tx_ref`].
+    /// Frames may be header + payload chains (`Port::tx_chains`; with `--wire udp` only
+    /// where the UDP checksum reads no payload): see [`Link::alloc_tx_ref`].
     chains: bool,
     pub stats: LinkStats,
 }
@@ -143,8 +143,11 @@ impl PortLink {
             u.encap.gratuitous_arp(b);
             self.tx.push(m);
         }
+        // A payload sent in place (a chain) needs a UDP checksum that reads nothing: zero
+        // (the link's frame check and the tigon header check cover the datagram) or the
+        // NIC's.
+        self.chains &= !u.encap.config().udp_checksum || u.encap.offloads().1;
         self.udp = Some(u);
-        self.chains = false;
         self.max_frame -= UDP_OVERHEAD;
         self.port.tx_burst(0, &mut self.tx);
         self
@@ -245,11 +248,13 @@ impl PortLink {
             u.unresolved_drops += 1;
             return;
         }
+        let total = m.len();
         let Ok(b) = m.data_mut() else {
             u.unresolved_drops += 1;
             return;
         };
-        match u.encap.encap(b, now) {
+        let tail = total - b.len();
+        match u.encap.encap_chained(b, tail, now) {
             Tx::Send => {
                 mark_offloads(&u.encap, &mut m);
                 self.tx.push(m);
@@ -288,8 +293,10 @@ impl PortLink {
             };
             if u.encap.neighbour(hop, now).is_some() {
                 // Its headroom was claimed when it was held; the headers are written now.
+                let total = m.len();
                 let b = m.data_mut().expect("held tx mbuf is unique");
-                match u.encap.encap(b, now) {
+                let tail = total - b.len();
+                match u.encap.encap_chained(b, tail, now) {
                     Tx::Send => {
                         mark_offloads(&u.encap, &mut m);
                         self.tx.push(m);

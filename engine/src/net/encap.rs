@@ -179,7 +179,19 @@ impl UdpEncap {
 
     /// Writes the UDP/IPv4 headers for the tigon frame at `frame[UDP_OVERHEAD..]`.
     pub fn encap(&mut self, frame: &mut [u8], now: u64) -> Tx {
+        self.encap_chained(frame, 0, now)
+    }
+
+    /// [`Self::encap`] for a frame whose first `frame.len()` bytes are followed by `tail_len`
+    /// more in other buffers (a payload sent in place): the lengths count them. A UDP checksum
+    /// computed here would have to read them, so such a frame goes only where the checksum is
+    /// zero or the NIC's; otherwise it is refused (counted as unroutable).
+    pub fn encap_chained(&mut self, frame: &mut [u8], tail_len: usize, now: u64) -> Tx {
         let eng = UDP_OVERHEAD;
+        if tail_len > 0 && self.cfg.udp_checksum && !self.cfg.udp_checksum_offload {
+            self.stats.unroutable += 1;
+            return Tx::Unroutable;
+        }
         if frame.len() < eng + ETH_HEADER_LEN {
             self.stats.unroutable += 1;
             return Tx::Unroutable;
@@ -218,7 +230,7 @@ impl UdpEncap {
         // paths; one pair always takes one port, so its frames stay in order.
         let eps = frame.get(eng + ETH_HEADER_LEN + 4..eng + ETH_HEADER_LEN + 8);
         let src_port = eps.map_or(0xc000, |e| entropy_port([e[0], e[1], e[2], e[3]]));
-        let dgram_len = frame.len() - ETH_HEADER_LEN - ipv4::HEADER_LEN;
+        let dgram_len = frame.len() + tail_len - ETH_HEADER_LEN - ipv4::HEADER_LEN;
         EthRepr {
             dst: hop_mac,
             src: self.cfg.mac,
