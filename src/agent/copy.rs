@@ -265,9 +265,11 @@ impl CopyEngine<RxFrame> for AgentCopy {
             self.bytes.cpu += out.len() as u64;
             return Ok(());
         };
-        // A jumbo frame's worth: read straight into the frame, the kernel's one copy (the
-        // read-ahead below saves system calls on small frames but copies every byte twice).
-        if out.len() >= DIRECT_READ_MIN {
+        // A jumbo frame's worth, or the rest of the buffer (a small message staged by its
+        // rank when its channel buffers were all taken: nothing after it to fetch): read
+        // straight into the frame, the kernel's one copy (the read-ahead below saves system
+        // calls on small frames but copies every byte twice).
+        if out.len() >= DIRECT_READ_MIN || src.len - off <= out.len() as u64 {
             target.read(out)?;
             self.bytes.direct += out.len() as u64;
             return Ok(());
@@ -400,5 +402,61 @@ impl CopyEngine<RxFrame> for AgentCopy {
 
     fn copied_bytes(&self) -> (u64, u64) {
         (self.bytes.dma, self.bytes.cpu)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::lease::Leases;
+    use crate::agent::memory::{ClientMem, bufref};
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    use tigon_engine::channel::Payload;
+    use tigon_shm::Region;
+
+    /// Reads of a rank's own memory (here this process's): one that takes the rest of the
+    /// buffer is the kernel's one copy, straight into the frame; shorter reads of a long
+    /// buffer go through the read-ahead (one system call, then a memcpy per frame).
+    #[test]
+    fn a_read_of_the_rest_of_a_direct_buffer_is_copied_once() {
+        let mut c = AgentCopy::new(None, usize::MAX);
+        c.clients.insert(
+            0,
+            ClientMem {
+                armed: HashSet::new(),
+                region: Arc::new(Region::create("copy-test", 4096, false).unwrap()),
+                pid: std::process::id() as i32,
+                ext: None,
+                leases: Leases::default(),
+            },
+        );
+        let msg: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
+        let t = c.clients.arm(0);
+        let whole = bufref(
+            0,
+            t,
+            Payload::Direct {
+                addr: msg.as_ptr() as u64,
+                len: 200,
+            },
+        );
+        let mut out = [0u8; 200];
+        c.read(&whole, 0, &mut out).unwrap();
+        assert_eq!(out[..], msg[..]);
+        assert_eq!(
+            (c.bytes.direct, c.bytes.cpu),
+            (200, 0),
+            "one copy, the kernel's"
+        );
+        assert!(c.read_cache.is_none());
+        // Two frames of a longer buffer: the first read fetches both, each frame a memcpy.
+        let mut a = [0u8; 120];
+        c.read(&whole, 0, &mut a).unwrap();
+        assert_eq!(a[..], msg[..120]);
+        let mut b = [0u8; 80];
+        c.read(&whole, 120, &mut b).unwrap();
+        assert_eq!(b[..], msg[120..]);
+        assert_eq!((c.bytes.direct, c.bytes.cpu), (400, 200));
     }
 }
