@@ -45,7 +45,7 @@ for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f
     fi
 done
 tmp=${TMPDIR:-/tmp}
-for path in "$tmp"/tigon-run-* "$tmp"/tigon-demo-*; do
+for path in "$tmp"/tigon-run-* "$tmp"/tigon-demo-* /dev/shm/tigon-run-*; do
     [ -e "$path" ] || continue
     name=$(basename "$path")
     case $name in tigon-run-*) prefix=tigon-run- ;; *) prefix=tigon-demo- ;; esac

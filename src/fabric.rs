@@ -744,6 +744,20 @@ impl Drop for Cluster {
         // The namespaces, and the veths, bridge and nft tables in them.
         self.wire = Wire::None;
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(self.shm_dir());
+    }
+}
+
+/// Where the memory that Open MPI's ranks share on the host goes (`/dev/shm`).
+pub const SHM_ROOT: &str = "/dev/shm";
+
+impl Cluster {
+    /// The ranks' shared-memory files (Open MPI's vader segments): a directory of the
+    /// cluster's own under /dev/shm, named like its scratch directory, so that the files of
+    /// ranks killed before they could remove them go with the cluster (and with the next
+    /// run's sweep when the launcher itself was killed), not stay in /dev/shm.
+    pub fn shm_dir(&self) -> PathBuf {
+        Path::new(SHM_ROOT).join(self.dir.file_name().unwrap_or_default())
     }
 }
 

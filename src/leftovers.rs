@@ -109,11 +109,13 @@ fn sweep_tmp(tmp: &Path) -> Vec<String> {
     removed
 }
 
-/// Removes what dead owners left (namespaces, veths, scratch in the temporary directory),
-/// logging each.
+/// Removes what dead owners left (namespaces, veths, scratch in the temporary directory and
+/// in /dev/shm), logging each.
 pub fn sweep() {
     let mut removed = sweep_net();
     removed.extend(sweep_tmp(&std::env::temp_dir()));
+    // The ranks' shared-memory files of a cluster (`Cluster::shm_dir`).
+    removed.extend(sweep_tmp(Path::new(crate::fabric::SHM_ROOT)));
     for r in removed {
         log::info!("removed a leftover of a killed run: {r}");
     }

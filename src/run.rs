@@ -180,8 +180,18 @@ pub fn mpirun_command(
     .args(["--mca", "pml", "cm", "--mca", "mtl", "tigon"])
     .args(["--mca", "mca_base_component_path"])
     .arg(format!("{}:{OMPI_COMPONENT_DIR}", dir.display()))
-    .args(["--mca", "mpi_yield_when_idle", "1"])
-    .args(extra);
+    .args(["--mca", "mpi_yield_when_idle", "1"]);
+    // Open MPI's shared-memory files in the cluster's own directory (removed with it), where
+    // the program does not choose one.
+    let shm = cluster.shm_dir();
+    if !extra
+        .iter()
+        .any(|a| a.contains("btl_vader_backing_directory"))
+        && std::fs::create_dir_all(&shm).is_ok()
+    {
+        cmd.args(["--mca", "btl_vader_backing_directory"]).arg(&shm);
+    }
+    cmd.args(extra);
     let n = cluster.nodes.len();
     let mut first = true;
     for (i, node) in cluster.nodes.iter().enumerate() {

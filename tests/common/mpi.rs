@@ -149,6 +149,11 @@ pub fn leftovers(pid: u32) -> Vec<String> {
     if dir.exists() {
         left.push(format!("directory {}", dir.display()));
     }
+    // Open MPI's shared-memory files of the job's ranks (killed ranks cannot remove theirs).
+    let shm = std::path::Path::new("/dev/shm").join(format!("tigon-run-{tag}"));
+    if shm.exists() {
+        left.push(format!("directory {}", shm.display()));
+    }
     let pattern = format!("{}/", dir.display());
     left.extend(
         sh("pgrep", &["-af", &pattern])
