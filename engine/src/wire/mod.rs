@@ -4,8 +4,9 @@
 //! a tigon header followed by the message payload: the full 80-byte header, or for a small
 //! eager message in one frame ([`Kind::Small`]) a 40-byte compact one. Every version of the
 //! format starts with the version byte and the kind byte, so a frame of another version is
-//! recognised as such. All integers are big-endian. Parsing is total: any byte slice yields
-//! either a value or an [`Error`], never a panic.
+//! recognised as such. The full header's integers are big-endian, the compact header's
+//! little-endian (see `small.rs`). Parsing is total: any byte slice yields either a value or
+//! an [`Error`], never a panic.
 
 use core::fmt;
 
@@ -25,8 +26,11 @@ pub const ETHERTYPE: u16 = 0x88b5;
 /// (`Error::WireVersion`). Version 2: the compact header, the checksum over the headers
 /// only unless [`FLAG_PAYLOAD_CK`]. Version 3: the compact ack ([`Kind::ShortAck`]).
 /// Version 4: the first frame of a connection rides right behind its `Connect` (its
-/// destination connection id still 0), paid for by [`FIRST_CREDIT`].
-pub const VERSION: u8 = 4;
+/// destination connection id still 0), paid for by [`FIRST_CREDIT`]. Version 5: the compact
+/// header's integers are little-endian, and the checksum of frames up to 128 bytes is a
+/// rotate-add chain instead of a multiply per word (the small-message and ack paths'
+/// cost).
+pub const VERSION: u8 = 5;
 
 /// Eager credit every connection starts with, known to both sides before the handshake
 /// completes: a node's grant is never less, so the first small message to a node goes right
@@ -307,6 +311,14 @@ fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
 fn be32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
     u32::from_be_bytes(b[r].try_into().expect("4"))
 }
+#[inline]
+fn le16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
+    u16::from_le_bytes(b[r].try_into().expect("2"))
+}
+#[inline]
+fn le32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
+    u32::from_le_bytes(b[r].try_into().expect("4"))
+}
 
 /// Field `r` of a full header (`N` bytes: the range's length; in line, with a constant range
 /// the index is checked at compile time).
@@ -425,7 +437,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
             return Err(Error::Truncated);
         }
         let ck = self.checksum_field();
-        if checksum(&b[..self.covered(len)], ck.start) != be32(b, ck) {
+        let stored = if self.is_compact() {
+            le32(b, ck.clone())
+        } else {
+            be32(b, ck.clone())
+        };
+        if checksum(&b[..self.covered(len)], ck.start) != stored {
             return Err(Error::Checksum);
         }
         Ok(())
@@ -543,7 +560,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
             .covered(self.payload_len())
             .min(self.buf.as_ref().len());
         let c = checksum(&self.buf.as_ref()[..len], ck.start);
-        self.buf.as_mut()[ck].copy_from_slice(&c.to_be_bytes());
+        let c = if self.is_compact() {
+            c.to_le_bytes()
+        } else {
+            c.to_be_bytes()
+        };
+        self.buf.as_mut()[ck].copy_from_slice(&c);
     }
 }
 

@@ -1,5 +1,7 @@
 //! The compact header of [`Kind::Small`] frames (and of [`Kind::ShortAck`]): written straight
-//! from a sender's state and read in place, without the full [`Repr`].
+//! from a sender's state and read in place, without the full [`Repr`]. Its integers are
+//! little-endian (wire version 5), as the hosts that run tigon hold them: written and read
+//! without a byte swap per field (the full header stays big-endian).
 
 use super::*;
 
@@ -52,7 +54,7 @@ impl SmallHeader {
         } else {
             COMPACT_OVERHEAD
         };
-        if small_checksum(&b[..covered]) != be32(h, s::CHECKSUM) {
+        if small_checksum(&b[..covered]) != le32(h, s::CHECKSUM) {
             return Err(Error::Checksum);
         }
         Ok(Self::read(h))
@@ -67,14 +69,14 @@ impl SmallHeader {
             src_mac: MacAddr(b[field::SRC_MAC].try_into().expect("6")),
             flags: b[s::FLAGS],
             length: b[s::LENGTH],
-            dst_ep: be16(b, s::DST_EP),
-            src_ep: be16(b, s::SRC_EP),
-            tag: be32(b, s::TAG),
-            seq: be32(b, s::SEQ),
-            ack: be32(b, s::ACK),
-            credit: be32(b, s::CREDIT),
-            src_rank: be32(b, s::SRC_RANK),
-            match_bits: u64::from_be_bytes(b[s::MATCH_BITS].try_into().expect("8")),
+            dst_ep: le16(b, s::DST_EP),
+            src_ep: le16(b, s::SRC_EP),
+            tag: le32(b, s::TAG),
+            seq: le32(b, s::SEQ),
+            ack: le32(b, s::ACK),
+            credit: le32(b, s::CREDIT),
+            src_rank: le32(b, s::SRC_RANK),
+            match_bits: u64::from_le_bytes(b[s::MATCH_BITS].try_into().expect("8")),
         }
     }
 
@@ -118,14 +120,14 @@ impl SmallHeader {
         b[field::KIND] = Kind::Small as u8;
         b[s::FLAGS] = self.flags;
         b[s::LENGTH] = self.length;
-        b[s::DST_EP].copy_from_slice(&self.dst_ep.to_be_bytes());
-        b[s::SRC_EP].copy_from_slice(&self.src_ep.to_be_bytes());
-        b[s::TAG].copy_from_slice(&self.tag.to_be_bytes());
-        b[s::SEQ].copy_from_slice(&self.seq.to_be_bytes());
-        b[s::ACK].copy_from_slice(&self.ack.to_be_bytes());
-        b[s::CREDIT].copy_from_slice(&self.credit.to_be_bytes());
-        b[s::SRC_RANK].copy_from_slice(&self.src_rank.to_be_bytes());
-        b[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_be_bytes());
+        b[s::DST_EP].copy_from_slice(&self.dst_ep.to_le_bytes());
+        b[s::SRC_EP].copy_from_slice(&self.src_ep.to_le_bytes());
+        b[s::TAG].copy_from_slice(&self.tag.to_le_bytes());
+        b[s::SEQ].copy_from_slice(&self.seq.to_le_bytes());
+        b[s::ACK].copy_from_slice(&self.ack.to_le_bytes());
+        b[s::CREDIT].copy_from_slice(&self.credit.to_le_bytes());
+        b[s::SRC_RANK].copy_from_slice(&self.src_rank.to_le_bytes());
+        b[s::MATCH_BITS].copy_from_slice(&self.match_bits.to_le_bytes());
         b[s::CHECKSUM].fill(0);
         Repr::pad(buf, COMPACT_OVERHEAD + self.length as usize)
     }
@@ -145,7 +147,7 @@ pub fn fill_small_checksum(frame: &mut [u8]) {
         COMPACT_OVERHEAD
     };
     let c = small_checksum(&frame[..covered]);
-    frame[s::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+    frame[s::CHECKSUM].copy_from_slice(&c.to_le_bytes());
 }
 
 /// Writes a [`Kind::ShortAck`] (checksum zero, to be filled) into `buf`; returns the frame

@@ -118,6 +118,41 @@ fn every_header_bit_flip_of_a_small_frame_is_caught() {
 }
 
 #[test]
+fn every_two_bit_flip_in_the_headers_of_a_small_frame_less_than_63_bits_apart_is_caught() {
+    // The rotate-add chain (version 5): two flips in one word change that word (caught);
+    // flips in words k apart meet in the chain only when 63 * k bits apart.
+    let r = small();
+    let mut buf = vec![0u8; 128];
+    let n = r.emit(&mut buf);
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    let bits = COMPACT_OVERHEAD * 8;
+    for x in 0..bits {
+        for y in x + 1..bits.min(x + 63) {
+            let mut b = buf[..n].to_vec();
+            b[x / 8] ^= 1 << (x % 8);
+            b[y / 8] ^= 1 << (y % 8);
+            assert!(
+                Frame::new_checked(&b[..]).is_err(),
+                "bits {x} and {y} flipped undetected"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_compact_header_is_little_endian() {
+    let mut buf = vec![0u8; 128];
+    let n = small().emit(&mut buf);
+    Frame::new_unchecked(&mut buf[..n]).fill_checksum();
+    let h = SmallHeader::parse(&buf[..n]).expect("valid");
+    assert_eq!(buf[field::small::SEQ], h.seq.to_le_bytes());
+    assert_eq!(buf[field::small::SRC_RANK], h.src_rank.to_le_bytes());
+    assert_eq!(buf[field::small::MATCH_BITS], h.match_bits.to_le_bytes());
+    let ck = u32::from_le_bytes(buf[field::small::CHECKSUM].try_into().unwrap());
+    assert_eq!(ck, small_checksum(&buf[..COMPACT_OVERHEAD]));
+}
+
+#[test]
 fn a_small_frame_read_directly_agrees_with_the_checked_parse() {
     let mut buf = vec![0u8; 128];
     let n = small().emit(&mut buf);
