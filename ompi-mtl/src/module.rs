@@ -243,6 +243,9 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
             }
         };
     }
+    // Counted until its completion (or failure to start): a wait on it may sleep.
+    let bulk = if small { 0 } else { data.len };
+    request::bulk_started(bulk);
     let r = if small {
         let r = m.client.isend(peer, bits, me, data.bytes(), mode);
         data.free();
@@ -267,6 +270,7 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     match r {
         Ok(()) => Ok(Started::Notified),
         Err(e) => {
+            request::bulk_over(bulk);
             request::failure(m, &e);
             Err(ffi::OMPI_ERR_UNREACH)
         }
@@ -417,6 +421,8 @@ fn post_recv(
     // as Open MPI's own PMLs do: a program that tests such a request once and drops it (with
     // its buffer) must not get its buffer written later.
     let mut now = false;
+    // Counted until its completion (or failure to start): a wait on it may sleep.
+    request::bulk_started(len);
     let posted = match target {
         // A payload that comes through a channel buffer is copied from there straight into
         // `buf` when the receive completes (request.rs): one copy on this core.
@@ -447,6 +453,7 @@ fn post_recv(
     match r {
         Ok(()) => ffi::OMPI_SUCCESS,
         Err(e) => {
+            request::bulk_over(len);
             // SAFETY: as above; nothing will complete this request.
             unsafe {
                 (*req)

@@ -20,7 +20,7 @@ use crate::state::{Mtl, mtl};
 use std::cell::Cell;
 use std::os::raw::c_int;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tigon_client::{Done, Error, Notified, Req};
 use tigon_engine::channel::status;
@@ -182,6 +182,7 @@ pub unsafe fn complete(m: &Mtl, ctx: u64, op: Req, result: tigon_client::Result<
             return;
         }
     };
+    bulk_over(st.len);
     match st.kind {
         Kind::Send | Kind::SendWait => {
             let err = match &result {
@@ -384,6 +385,7 @@ fn now_ns() -> u64 {
 pub fn nap_when_idle(after: Duration, yielding: bool) {
     touch();
     NAP_AFTER_NS.store((after.as_nanos() as u64).max(1), Ordering::Relaxed);
+    YIELDING.store(yielding, Ordering::Relaxed);
     // A yield can take a whole scheduler slice when a neighbour runs: those gaps are still
     // the wait loop.
     let gap = if yielding {
@@ -399,23 +401,143 @@ pub fn touch() {
     LAST_ACTIVITY.store(now_ns(), Ordering::Relaxed);
 }
 
-fn maybe_nap() {
+/// Operations of at least this many bytes are bulk: a wait on one lasts at least its transfer
+/// (256 KiB: 80 µs or more here), so a futex wake (a few µs) costs it little.
+pub const BULK_BYTES: usize = 256 << 10;
+/// Bulk operations of this process in flight.
+static BULK: AtomicUsize = AtomicUsize::new(0);
+/// Open MPI yields the processor between polls (mpi_yield_when_idle): ranks share cores.
+static YIELDING: AtomicBool = AtomicBool::new(false);
+
+/// An operation of `len` bytes is about to be handed to the client for notification.
+pub fn bulk_started(len: usize) {
+    if len >= BULK_BYTES {
+        BULK.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// An operation of `len` bytes counted by [`bulk_started`] is over (completed, or never
+/// started after all).
+pub fn bulk_over(len: usize) {
+    if len >= BULK_BYTES {
+        // Never below zero, whatever the order of a racing start and completion.
+        let _ = BULK.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// CPU time of this thread (ns): a system call (CLOCK_THREAD_CPUTIME_ID), so asked only
+/// while a bulk operation is in flight.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+thread_local! {
+    /// This thread's CPU time (ns; 0: none yet) and the wall time (`now_ns`) when it last
+    /// looked, at an empty progress call while bulk operations were in flight.
+    static LAST_SAMPLE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Empty progress calls left before this thread looks again: it computes between them.
+    static SKIP: Cell<u32> = const { Cell::new(0) };
+    /// When this thread's last sleep in a crowded bulk wait ended (`now_ns`; 0: none).
+    static WOKE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A thread that slept in a crowded bulk wait and waits again this soon after (its
+/// completion taken, the next operation posted: a rank that only moves data, such as a
+/// pong) sleeps at once, without looking at its CPU time over a yield first.
+const WAIT_AGAIN_NS: u64 = 20_000;
+
+/// A thread found computing between its progress calls looks again only after this many
+/// more (each look is a system call, in every MPI_Test of a computing rank).
+const SKIP_AFTER_COMPUTING: u32 = 8;
+
+/// Whether this thread, calling progress with nothing to do `gap` ns after its previous
+/// such call while a bulk operation is in flight, waits in a loop that takes the processor
+/// from a thread that computes on it: of the time since, it ran less than a third (the rest
+/// went to another task on its core, which its yields let run — a rank computing with MPI_Test
+/// there yields at each test too, and each of those hands the core back to this loop for a
+/// poll and two context switches). Such a wait sleeps until its completion comes: the
+/// transfer is long, and asleep it costs that computing rank nothing. A rank that itself
+/// computes between tests ran most of that time and goes on polling.
+fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
+    if BULK.load(Ordering::Relaxed) == 0 || !YIELDING.load(Ordering::Relaxed) {
+        forget_sample();
+        return false;
+    }
+    if gap >= WAIT_GAP_NS.load(Ordering::Relaxed) {
+        // Not a wait loop: the application came back after a long while.
+        forget_sample();
+        return false;
+    }
+    let woke = WOKE.replace(0);
+    if woke != 0 && now.saturating_sub(woke) < WAIT_AGAIN_NS {
+        return true;
+    }
+    let skip = SKIP.get();
+    if skip > 0 {
+        SKIP.set(skip - 1);
+        return false;
+    }
+    let cpu = thread_cpu_ns();
+    let (last_cpu, last_wall) = LAST_SAMPLE.replace((cpu, now));
+    if last_cpu == 0 {
+        return false;
+    }
+    let crowded = ran_little(cpu.saturating_sub(last_cpu), now.saturating_sub(last_wall));
+    if !crowded {
+        SKIP.set(SKIP_AFTER_COMPUTING);
+    }
+    crowded
+}
+
+/// Whether a thread that ran `cpu` ns of the last `wall` ns ran less than a third of it.
+fn ran_little(cpu: u64, wall: u64) -> bool {
+    cpu.saturating_mul(3) < wall
+}
+
+fn forget_sample() {
+    LAST_SAMPLE.set((0, 0));
+    SKIP.set(0);
+    WOKE.set(0);
+}
+
+/// Sleeps if this progress call, which found nothing to do, is part of a wait that should;
+/// returns whether it slept.
+fn maybe_nap() -> bool {
     let after = NAP_AFTER_NS.load(Ordering::Relaxed);
     if after == 0 {
-        return;
+        return false;
     }
     let now = now_ns();
     let last = LAST_EMPTY.replace(now);
+    if crowded_bulk_wait(now, now.saturating_sub(last)) {
+        if let Some(m) = mtl() {
+            m.client.sleep_until_completion(NAP_AT_MOST);
+        }
+        let woke = now_ns();
+        LAST_EMPTY.set(woke);
+        forget_sample();
+        WOKE.set(woke);
+        return true;
+    }
     if now.saturating_sub(last) > WAIT_GAP_NS.load(Ordering::Relaxed)
         || now.saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after
     {
-        return;
+        return false;
     }
     if let Some(m) = mtl() {
         m.client.sleep_until_completion(NAP_AT_MOST);
         // The sleep is part of the wait loop, not a gap in it.
         LAST_EMPTY.set(now_ns());
     }
+    true
 }
 
 /// Completes every finished operation; returns how many.
@@ -440,9 +562,11 @@ pub fn progress_now() -> usize {
 /// # Safety
 /// Called by Open MPI's progress engine only (any thread).
 pub unsafe extern "C" fn progress() -> c_int {
-    let n = progress_now();
-    if n == 0 {
-        maybe_nap();
+    let mut n = progress_now();
+    // Woken by a completion: take it now, and tell Open MPI there was work (it would yield
+    // the processor otherwise, before its caller sees the completion).
+    if n == 0 && maybe_nap() {
+        n = progress_now();
     }
     n.min(c_int::MAX as usize) as c_int
 }
@@ -464,5 +588,43 @@ pub fn unregister_progress() {
     if PROGRESS_REGISTERED.swap(false, Ordering::AcqRel) {
         // SAFETY: unregisters the callback registered in `register_progress`.
         unsafe { ffi::tigon_progress_unregister(Some(progress)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pong waiting on a transfer while a rank computes 14 µs between tests gets about
+    /// 4 µs of every 18; the computing rank about 14; two ranks that both wait, half each.
+    #[test]
+    fn only_a_thread_that_ran_under_a_third_of_the_time_is_crowded() {
+        assert!(ran_little(4_000, 18_000));
+        assert!(!ran_little(14_000, 18_000));
+        assert!(!ran_little(9_000, 18_000));
+        assert!(!ran_little(6_000, 18_000));
+        assert!(!ran_little(0, 0));
+    }
+
+    /// Bulk operations are counted from start to completion; small ones not at all; the
+    /// count never goes below zero (a completion racing its start's count).
+    #[test]
+    fn bulk_operations_are_counted_and_never_below_zero() {
+        let n = || BULK.load(Ordering::Relaxed);
+        let base = n();
+        bulk_started(BULK_BYTES - 1);
+        assert_eq!(n(), base);
+        bulk_started(BULK_BYTES);
+        bulk_started(1 << 20);
+        assert_eq!(n(), base + 2);
+        bulk_over(BULK_BYTES);
+        bulk_over(64);
+        assert_eq!(n(), base + 1);
+        bulk_over(1 << 20);
+        assert_eq!(n(), base);
+        if base == 0 {
+            bulk_over(1 << 20);
+            assert_eq!(n(), 0);
+        }
     }
 }
