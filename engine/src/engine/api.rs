@@ -81,14 +81,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Some(p) => p,
             None => self.peer_for(dest.mac),
         };
+        let rndv_threshold = self.cfg.rndv_threshold;
+        // The peer's entry borrowed once (the request slab is another field), again only
+        // after a connection set-up.
+        let mut peer = &mut self.peers[p];
         // The first operation towards a node sets its connection up; its first message may
         // ride right behind the Connect (`fast::small_send`).
-        if self.peers[p].conn.state == PeerState::Idle {
+        if peer.conn.state == PeerState::Idle {
             self.start_connect(p, now);
+            peer = &mut self.peers[p];
         }
-        let rndv_threshold = self.cfg.rndv_threshold;
-        // The peer's entry borrowed once (the request slab is another field).
-        let peer = &mut self.peers[p];
         let msg_id = {
             let msgs = &mut peer.msgs;
             let m = msgs.next_msg_id;
