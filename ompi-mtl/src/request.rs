@@ -447,6 +447,10 @@ thread_local! {
     static SKIP: Cell<u32> = const { Cell::new(0) };
     /// When this thread's last sleep in a crowded bulk wait ended (`now_ns`; 0: none).
     static WOKE: Cell<u64> = const { Cell::new(0) };
+    /// Looks in a row that found this thread running little (see `crowded_bulk_wait`).
+    static LOW: Cell<u8> = const { Cell::new(0) };
+    /// Empty progress calls since this thread last looked at its CPU time.
+    static CALLS: Cell<u32> = const { Cell::new(0) };
 }
 
 /// A thread that slept in a crowded bulk wait and waits again this soon after (its
@@ -460,12 +464,13 @@ const SKIP_AFTER_COMPUTING: u32 = 8;
 
 /// Whether this thread, calling progress with nothing to do `gap` ns after its previous
 /// such call while a bulk operation is in flight, waits in a loop that takes the processor
-/// from a thread that computes on it: of the time since, it ran less than a third (the rest
-/// went to another task on its core, which its yields let run — a rank computing with MPI_Test
-/// there yields at each test too, and each of those hands the core back to this loop for a
-/// poll and two context switches). Such a wait sleeps until its completion comes: the
-/// transfer is long, and asleep it costs that computing rank nothing. A rank that itself
-/// computes between tests ran most of that time and goes on polling.
+/// from a thread that computes on it: since its last look it only polled, and ran less than
+/// a third of the time, at two looks in a row (the rest went to another task on its core,
+/// which its yields let run — a rank computing with MPI_Test there yields at each test too, and each
+/// of those hands the core back to this loop for a poll and two context switches). Such a
+/// wait sleeps until its completion comes: the transfer is long, and asleep it costs that
+/// computing rank nothing. A rank that itself computes between tests ran most of that time
+/// and goes on polling.
 fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     if BULK.load(Ordering::Relaxed) == 0 || !YIELDING.load(Ordering::Relaxed) {
         forget_sample();
@@ -480,6 +485,8 @@ fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     if woke != 0 && now.saturating_sub(woke) < WAIT_AGAIN_NS {
         return true;
     }
+    let calls = CALLS.get() + 1;
+    CALLS.set(calls);
     let skip = SKIP.get();
     if skip > 0 {
         SKIP.set(skip - 1);
@@ -487,25 +494,45 @@ fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     }
     let cpu = thread_cpu_ns();
     let (last_cpu, last_wall) = LAST_SAMPLE.replace((cpu, now));
+    CALLS.set(0);
     if last_cpu == 0 {
         return false;
     }
-    let crowded = ran_little(cpu.saturating_sub(last_cpu), now.saturating_sub(last_wall));
-    if !crowded {
+    if !polls_crowded(
+        cpu.saturating_sub(last_cpu),
+        now.saturating_sub(last_wall),
+        calls,
+    ) {
+        LOW.set(0);
         SKIP.set(SKIP_AFTER_COMPUTING);
+        return false;
     }
-    crowded
+    // Twice in a row: once may be another rank's burst of real work (a pong handling its
+    // message) in the middle of this one's compute loop.
+    let low = LOW.get() + 1;
+    LOW.set(low);
+    low >= 2
 }
 
-/// Whether a thread that ran `cpu` ns of the last `wall` ns ran less than a third of it.
-fn ran_little(cpu: u64, wall: u64) -> bool {
-    cpu.saturating_mul(3) < wall
+/// A progress call that found nothing, then the caller's own work up to the next, within
+/// this much CPU time: a poll (and a yield), not a computation between tests.
+const POLL_CPU_MAX_NS: u64 = 6_000;
+
+/// Whether a thread that ran `cpu` ns of the last `wall` ns, over `calls` empty progress
+/// calls, only polled (under [`POLL_CPU_MAX_NS`] of CPU per call) and ran less than a third
+/// of the time: a waiter that another task on its core wants to share with. A thread that
+/// computes between its calls, or runs little only because some unrelated task takes its
+/// core, is not.
+fn polls_crowded(cpu: u64, wall: u64, calls: u32) -> bool {
+    calls > 0 && cpu < POLL_CPU_MAX_NS * calls as u64 && cpu.saturating_mul(3) < wall
 }
 
 fn forget_sample() {
     LAST_SAMPLE.set((0, 0));
     SKIP.set(0);
     WOKE.set(0);
+    LOW.set(0);
+    CALLS.set(0);
 }
 
 /// Sleeps if this progress call, which found nothing to do, is part of a wait that should;
@@ -595,15 +622,21 @@ pub fn unregister_progress() {
 mod tests {
     use super::*;
 
-    /// A pong waiting on a transfer while a rank computes 14 µs between tests gets about
-    /// 4 µs of every 18; the computing rank about 14; two ranks that both wait, half each.
+    /// A pong waiting on a transfer while a rank computes 14 µs between tests polls (4 µs a
+    /// call) and gets about 4 µs of every 18; the computing rank runs 14 µs a call; a rank
+    /// that computes while an unrelated task takes most of its core is not a waiter either;
+    /// two ranks that both wait get half each.
     #[test]
-    fn only_a_thread_that_ran_under_a_third_of_the_time_is_crowded() {
-        assert!(ran_little(4_000, 18_000));
-        assert!(!ran_little(14_000, 18_000));
-        assert!(!ran_little(9_000, 18_000));
-        assert!(!ran_little(6_000, 18_000));
-        assert!(!ran_little(0, 0));
+    fn only_a_polling_thread_that_ran_under_a_third_of_the_time_is_crowded() {
+        assert!(polls_crowded(4_000, 18_000, 1));
+        assert!(polls_crowded(36_000, 162_000, 9));
+        assert!(!polls_crowded(14_000, 18_000, 1));
+        assert!(
+            !polls_crowded(14_000, 60_000, 1),
+            "computing, its core taken"
+        );
+        assert!(!polls_crowded(9_000, 18_000, 2), "both waiting");
+        assert!(!polls_crowded(0, 0, 0));
     }
 
     /// Bulk operations are counted from start to completion; small ones not at all; the
