@@ -1,21 +1,27 @@
 //! The unexpected store: messages that arrived before a matching receive was posted. Eager
 //! messages are held whole (bounded by bytes and count, paid for by the credit granted to
-//! their senders); rendezvous RTSs header-only (bounded by their own count). A message that
-//! came in one frame is held as that frame, not copied out of it (bounded by
+//! their senders); rendezvous RTSs header-only (bounded by their own count). An eager
+//! message is held as the frames it came in, not copied out of them (bounded by
 //! `Config::unexpected_frames`: each pins a buffer of the link's receive pool), so its
-//! payload is copied once, at the match, or lent to the receiver there.
+//! payload is copied once, at the match, or its one frame lent to the receiver there.
 
 use super::types::{MsgInfo, ReqId};
 use crate::fasthash::FastMap as HashMap;
 use crate::matching::MatchSpec;
+use core::ops::Range;
+use smallvec::SmallVec;
 
 /// Where a stored message's payload lies.
 pub(super) enum Data<F> {
-    /// Copied out of its frames, which went back to the link (a message of several frames,
-    /// or one past the frame bound): `received` bytes of it so far.
+    /// Copied out of its frames, which went back to the link (a message past the frame
+    /// bound): `received` bytes of it so far.
     Bytes(Vec<u8>),
-    /// Its one frame, as it arrived, the payload from byte `.1` on.
-    Frame(F, usize),
+    /// Its frames as they arrived, in order, each with where its payload lies in it;
+    /// `reserved` of the store's frame bound are counted for it (all of its fragments).
+    Frames {
+        held: SmallVec<[(F, Range<usize>); 1]>,
+        reserved: usize,
+    },
 }
 
 pub(super) struct Unexp<F> {
@@ -38,11 +44,14 @@ impl<F> Unexp<F> {
     fn bytes(&self) -> u64 {
         match &self.data {
             Data::Bytes(v) => v.capacity() as u64,
-            Data::Frame(..) => self.info.len,
+            Data::Frames { .. } => self.info.len,
         }
     }
     fn frames(&self) -> usize {
-        usize::from(matches!(self.data, Data::Frame(..)))
+        match &self.data {
+            Data::Bytes(_) => 0,
+            Data::Frames { reserved, .. } => *reserved,
+        }
     }
 }
 
@@ -50,7 +59,7 @@ pub(super) struct Store<F> {
     msgs: HashMap<u64, Unexp<F>>,
     next: u64,
     bytes: u64,
-    /// Messages held as their received frame.
+    /// Frames held, or reserved for fragments still to come.
     frames: usize,
     /// Unexpected RTSs held (bounded apart from eager messages: they cost no credit).
     rts: usize,
@@ -124,7 +133,7 @@ impl<F> Store<F> {
     pub(super) fn bytes(&self) -> u64 {
         self.bytes
     }
-    /// Messages held as their received frame.
+    /// Frames held, or reserved for fragments still to come.
     pub(super) fn frames(&self) -> usize {
         self.frames
     }

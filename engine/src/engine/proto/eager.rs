@@ -11,6 +11,7 @@ use crate::engine::types::{Error, Outcome, ReqId};
 use crate::engine::unexpected::{Data, Unexp};
 use crate::link::Link;
 use crate::wire::{self, Repr};
+use smallvec::SmallVec;
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// One in-order eager fragment. `false`: the store cannot take a new message now.
@@ -97,13 +98,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 let Some(x) = self.unex.get_mut(u) else {
                     return true;
                 };
-                let Data::Bytes(data) = &mut x.data else {
-                    return true;
-                };
-                let at = r.offset as usize;
-                data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
+                match &mut x.data {
+                    Data::Frames { held, .. } => held.push((f, payload)),
+                    Data::Bytes(data) => {
+                        let at = r.offset as usize;
+                        data[at..at + r.length as usize].copy_from_slice(&f.as_ref()[payload]);
+                        self.stats.unexpected_copied_bytes += r.length as u64;
+                    }
+                }
                 x.received += r.length as u64;
-                self.stats.unexpected_copied_bytes += r.length as u64;
                 if last && let Some(id) = x.claimed {
                     self.complete_from_store(u, id);
                 }
@@ -138,11 +141,20 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             {
                 return None;
             }
-            let whole = r.frag_count == 1
-                && r.length as u64 == r.total
-                && self.unex.frames() < self.cfg.unexpected_frames;
-            let (data, received) = match f.take_if(|_| whole) {
-                Some(f) => (Data::Frame(f, r.payload_offset()), r.total),
+            let frames = r.frag_count as usize;
+            let held = (frames > 1 || r.length as u64 == r.total)
+                && self.unex.frames() + frames <= self.cfg.unexpected_frames;
+            let (data, received) = match f.take_if(|_| held) {
+                Some(f) => {
+                    let head = r.payload_offset();
+                    let mut held = SmallVec::new();
+                    held.push((f, head..head + r.length as usize));
+                    let data = Data::Frames {
+                        held,
+                        reserved: frames,
+                    };
+                    (data, r.length as u64)
+                }
                 None => (Data::Bytes(vec![0; r.total as usize]), 0),
             };
             EagerTarget::Store(self.add_unexp(Unexp {
@@ -173,22 +185,32 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let buf = r.buf;
         let data = match x.data {
             Data::Bytes(data) => data,
-            Data::Frame(f, head) => {
-                // Its frame, as it arrived: lent to the receiver if it takes leases (no copy
-                // at all), else copied once, as a message that meets its receive on arrival.
+            Data::Frames { mut held, .. } => {
+                // Its frames, as they arrived: one whole message in one frame is lent to the
+                // receiver if it takes leases (no copy at all); otherwise each is copied
+                // once, as a message that meets its receive on arrival.
                 r.state = RecvState::Eager;
                 r.received = n;
                 r.arrived = true;
-                let range = head..head + n as usize;
-                let f = if n == x.info.len {
-                    self.copy.lend(f, range.clone(), &buf).err()
-                } else {
-                    Some(f)
-                };
-                if let Some(f) = f
-                    && n > 0
-                {
-                    self.submit_copy(id, f, range, buf, 0);
+                if held.len() == 1 && n == x.info.len && n > 0 {
+                    let (f, range) = held.pop().expect("one frame");
+                    if let Err(f) = self.copy.lend(f, range.clone(), &buf) {
+                        held.push((f, range));
+                    }
+                }
+                let mut off = 0u64;
+                for (f, range) in held {
+                    let take = n.saturating_sub(off).min(range.len() as u64) as usize;
+                    let at = off;
+                    off += range.len() as u64;
+                    if take == 0 {
+                        continue;
+                    }
+                    self.submit_copy(id, f, range.start..range.start + take, buf, at);
+                    if self.reqs.recv_mut(id).is_none() {
+                        // The copy failed, and the receive with it.
+                        break;
+                    }
                 }
                 self.try_finish_recv(id);
                 self.release_credit(x.peer, x.cost, x.sync, x.msg_id);
