@@ -71,7 +71,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.mark_active(p);
                 continue;
             }
-            sent += self.transmit_peer(link, p, now, budget);
+            sent += match self.ack_only(link, p, now) {
+                Some(n) => n,
+                None => self.transmit_peer(link, p, now, budget),
+            };
             if self.peers[p].quiet() {
                 // Nothing more to send, nothing timed (what `settle` would find, cheaper).
                 self.went_quiet(p, now);
@@ -173,9 +176,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 s.last_rto = now;
             }
         }
-        let stream = &self.peers[p].stream;
         let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
-        let ack = stream.ack_due_at(now) || stream.probe_reply || quiet && stream.ack_due.is_some();
+        let stream = &self.peers[p].stream;
+        let ack = plain_ack_due(stream, quiet, now) || stream.probe_reply;
         if ack && self.tx.len() < budget {
             // The selective ack only when frames are missing: an ack without it reads as
             // "nothing held beyond the cumulative ack".
@@ -213,6 +216,54 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         }
         sent
+    }
+
+    /// The visit of a connected peer owed nothing but its plain ack: nothing to send or
+    /// resend, nothing missing, no probe, probe reply or handshake frame owed (with many
+    /// peers, each sending now and then, nearly every visit). The ack `transmit_peer` would
+    /// send, with the peer's entry looked up once and the frame written whole
+    /// ([`wire::write_short_ack`]). `None`: not such a visit, or no ack due yet.
+    #[inline]
+    fn ack_only(&mut self, link: &mut L, p: usize, now: u64) -> Option<usize> {
+        let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
+        let flags = self.ck_flag() as u8;
+        let Engine {
+            peers,
+            tx,
+            stats,
+            mac,
+            ..
+        } = self;
+        let peer = peers.get_mut(p)?;
+        let (conn, stream) = (&peer.conn, &mut peer.stream);
+        if conn.state != PeerState::Connected
+            || conn.connect_ack_owed
+            || stream.probe
+            || stream.probe_reply
+            || !stream.reorder.is_empty()
+            || !stream.resend.is_empty()
+            || stream.has_new()
+            || !plain_ack_due(stream, quiet, now)
+        {
+            return None;
+        }
+        let Some(mut buf) = link.alloc_tx(wire::MIN_FRAME) else {
+            stats.tx_no_buffers += 1;
+            return Some(0);
+        };
+        let tag = wire::session_tag(conn.local, conn.remote);
+        let (ack, credit) = (stream.rcv_next, peer.credit.released);
+        if !wire::write_short_ack(buf.as_mut(), peer.mac, *mac, flags, tag, ack, credit) {
+            // A link buffer shorter than it was asked for: as if it had none.
+            stats.tx_no_buffers += 1;
+            return Some(0);
+        }
+        // Headers as for every frame, the padding to the minimum not counted.
+        stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
+        stats.acks_sent += 1;
+        tx.push(buf);
+        stream.acked();
+        Some(1)
     }
 
     /// The stream's (re)transmissions to peer `p`, within its window.
@@ -573,4 +624,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.tx.push(buf);
         true
     }
+}
+
+/// Whether a standalone ack goes to a peer now, probes aside: one is due (`ack_every` frames
+/// owed, a gap, or its delay over), or acks owed wait for a link that has been `idle` long
+/// enough (`Config::ack_idle_ns`: a reply may carry them instead).
+#[inline]
+fn plain_ack_due<F: 'static>(stream: &super::stream::Stream<F>, idle: bool, now: u64) -> bool {
+    stream.ack_due_at(now) || idle && stream.ack_due.is_some()
 }

@@ -17,7 +17,7 @@ pub use checksum::{checksum, small_checksum};
 pub use payload::{
     ACK_PAYLOAD_LEN, AckRepr, CONNECT_PAYLOAD_LEN, ConnectRepr, SACK_BITS, SACK_WORDS,
 };
-pub use small::{SmallHeader, fill_small_checksum, short_ack};
+pub use small::{SmallHeader, fill_small_checksum, short_ack, write_short_ack};
 
 /// IEEE 802 "Local Experimental EtherType 1": free for protocols that never leave the fabric.
 pub const ETHERTYPE: u16 = 0x88b5;

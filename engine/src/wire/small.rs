@@ -179,3 +179,45 @@ pub fn short_ack(
     buf[field::KIND] = Kind::ShortAck as u8;
     n
 }
+
+/// Writes a whole [`Kind::ShortAck`] frame, its checksum filled, into the first [`MIN_FRAME`]
+/// bytes of `buf` (false, nothing written, if `buf` is shorter): the frame of an ack-only
+/// visit, with every offset and length known at compile time (one length check, the fields
+/// the ack does not use written as zero words, the checksum over a fixed 54 bytes). The same
+/// bytes as [`short_ack`] then [`fill_small_checksum`]. Always in line: out of line, its
+/// call cost a tenth of what it saved.
+#[inline(always)]
+pub fn write_short_ack(
+    buf: &mut [u8],
+    dst_mac: MacAddr,
+    src_mac: MacAddr,
+    flags: u8,
+    tag: u32,
+    ack: u32,
+    credit: u32,
+) -> bool {
+    use field::small as s;
+    let Some(b) = buf.first_chunk_mut::<MIN_FRAME>() else {
+        return false;
+    };
+    b[field::DST_MAC].copy_from_slice(&dst_mac.0);
+    b[field::SRC_MAC].copy_from_slice(&src_mac.0);
+    b[field::ETHERTYPE].copy_from_slice(&ETHERTYPE.to_be_bytes());
+    b[field::VERSION] = VERSION;
+    b[field::KIND] = Kind::ShortAck as u8;
+    b[s::FLAGS] = flags;
+    b[s::LENGTH] = 0;
+    // Endpoints zero, then the tag.
+    b[s::DST_EP.start..s::TAG.start].fill(0);
+    b[s::TAG].copy_from_slice(&tag.to_le_bytes());
+    b[s::SEQ].fill(0);
+    b[s::ACK].copy_from_slice(&ack.to_le_bytes());
+    b[s::CREDIT].copy_from_slice(&credit.to_le_bytes());
+    // Source rank, match bits, the checksum field and the padding: zero.
+    b[s::SRC_RANK.start..].fill(0);
+    let head: &[u8; COMPACT_OVERHEAD] = b.first_chunk().expect("a minimum frame holds the header");
+    // The payload is empty: with or without FLAG_PAYLOAD_CK the checksum covers the headers.
+    let c = small_checksum(head);
+    b[s::CHECKSUM].copy_from_slice(&c.to_le_bytes());
+    true
+}

@@ -69,6 +69,42 @@ fn a_short_ack_is_a_minimum_frame_that_round_trips_and_is_checked() {
 }
 
 #[test]
+fn a_short_ack_written_whole_is_the_frame_emit_and_fill_make() {
+    for flags in [0, FLAG_PAYLOAD_CK as u8] {
+        let (dst, src) = (MacAddr([2, 0, 0, 0, 0, 2]), MacAddr([2, 0, 0, 0, 0, 1]));
+        let mut a = vec![0xa5u8; 128];
+        let n = short_ack(&mut a, dst, src, flags, 0xdead_beef, 77, 0x1_0203);
+        fill_small_checksum(&mut a[..n]);
+        let mut b = vec![0x5au8; 128];
+        assert!(write_short_ack(
+            &mut b,
+            dst,
+            src,
+            flags,
+            0xdead_beef,
+            77,
+            0x1_0203
+        ));
+        assert_eq!(a[..MIN_FRAME], b[..MIN_FRAME]);
+        let f = Frame::new_checked(&b[..MIN_FRAME]).unwrap();
+        let r = Repr::parse(&f).unwrap();
+        assert_eq!(
+            (r.kind, r.tag, r.ack, r.credit),
+            (Some(Kind::ShortAck), 0xdead_beef, 77, 0x1_0203)
+        );
+    }
+    assert!(!write_short_ack(
+        &mut [0u8; MIN_FRAME - 1],
+        MacAddr::BROADCAST,
+        MacAddr::BROADCAST,
+        0,
+        1,
+        2,
+        3
+    ));
+}
+
+#[test]
 fn small_message_header_is_40_bytes_and_round_trips() {
     const { assert!(COMPACT_LEN <= 40) };
     let r = small();
