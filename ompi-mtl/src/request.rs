@@ -473,7 +473,8 @@ const SKIP_AFTER_COMPUTING: u32 = 8;
 /// and goes on polling.
 fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     if BULK.load(Ordering::Relaxed) == 0 || !YIELDING.load(Ordering::Relaxed) {
-        forget_sample();
+        LOW.set(0);
+        WOKE.set(0);
         return false;
     }
     if gap >= WAIT_GAP_NS.load(Ordering::Relaxed) {
@@ -485,24 +486,10 @@ fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     if woke != 0 && now.saturating_sub(woke) < WAIT_AGAIN_NS {
         return true;
     }
-    let calls = CALLS.get() + 1;
-    CALLS.set(calls);
-    let skip = SKIP.get();
-    if skip > 0 {
-        SKIP.set(skip - 1);
+    let Some((cpu, wall, calls)) = look(now) else {
         return false;
-    }
-    let cpu = thread_cpu_ns();
-    let (last_cpu, last_wall) = LAST_SAMPLE.replace((cpu, now));
-    CALLS.set(0);
-    if last_cpu == 0 {
-        return false;
-    }
-    if !polls_crowded(
-        cpu.saturating_sub(last_cpu),
-        now.saturating_sub(last_wall),
-        calls,
-    ) {
+    };
+    if !polls_crowded(cpu, wall, calls) {
         LOW.set(0);
         SKIP.set(SKIP_AFTER_COMPUTING);
         return false;
@@ -514,9 +501,38 @@ fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     low >= 2
 }
 
+/// A look at this thread's CPU time, at an empty progress call: since its previous look, the
+/// CPU time it ran, the wall time, and the empty progress calls (this one included). `None`
+/// without an earlier look, and while it skips looks (found computing lately: each look is
+/// a system call).
+fn look(now: u64) -> Option<(u64, u64, u32)> {
+    let calls = CALLS.get() + 1;
+    CALLS.set(calls);
+    let skip = SKIP.get();
+    if skip > 0 {
+        SKIP.set(skip - 1);
+        return None;
+    }
+    let cpu = thread_cpu_ns();
+    let (last_cpu, last_wall) = LAST_SAMPLE.replace((cpu, now));
+    CALLS.set(0);
+    (last_cpu != 0).then(|| {
+        (
+            cpu.saturating_sub(last_cpu),
+            now.saturating_sub(last_wall),
+            calls,
+        )
+    })
+}
+
 /// A progress call that found nothing, then the caller's own work up to the next, within
 /// this much CPU time: a poll (and a yield), not a computation between tests.
 const POLL_CPU_MAX_NS: u64 = 6_000;
+
+/// Whether a thread that ran `cpu` ns over `calls` empty progress calls only polled.
+fn only_polls(cpu: u64, calls: u32) -> bool {
+    calls > 0 && cpu < POLL_CPU_MAX_NS * calls as u64
+}
 
 /// Whether a thread that ran `cpu` ns of the last `wall` ns, over `calls` empty progress
 /// calls, only polled (under [`POLL_CPU_MAX_NS`] of CPU per call) and ran less than a third
@@ -524,7 +540,7 @@ const POLL_CPU_MAX_NS: u64 = 6_000;
 /// computes between its calls, or runs little only because some unrelated task takes its
 /// core, is not.
 fn polls_crowded(cpu: u64, wall: u64, calls: u32) -> bool {
-    calls > 0 && cpu < POLL_CPU_MAX_NS * calls as u64 && cpu.saturating_mul(3) < wall
+    only_polls(cpu, calls) && cpu.saturating_mul(3) < wall
 }
 
 fn forget_sample() {
@@ -558,6 +574,19 @@ fn maybe_nap() -> bool {
         || now.saturating_sub(LAST_ACTIVITY.load(Ordering::Relaxed)) < after
     {
         return false;
+    }
+    // Yielding, the gap between empty calls cannot tell a wait loop (a yield may last a
+    // neighbour's whole slice) from a computation with MPI_Test every few µs, which must
+    // never be put to sleep: the thread's CPU time per call can.
+    if YIELDING.load(Ordering::Relaxed) {
+        match look(now) {
+            Some((cpu, _, calls)) if only_polls(cpu, calls) => {}
+            Some(_) => {
+                SKIP.set(SKIP_AFTER_COMPUTING);
+                return false;
+            }
+            None => return false,
+        }
     }
     if let Some(m) = mtl() {
         m.client.sleep_until_completion(NAP_AT_MOST);
@@ -637,6 +666,18 @@ mod tests {
         );
         assert!(!polls_crowded(9_000, 18_000, 2), "both waiting");
         assert!(!polls_crowded(0, 0, 0));
+    }
+
+    /// A rank computing 14 µs between tests, or even 7 µs, does not only poll; a yield loop
+    /// (about 4 µs of CPU a call here, system time included) does.
+    #[test]
+    fn a_thread_computing_between_tests_does_not_only_poll() {
+        assert!(only_polls(4_000, 1));
+        assert!(only_polls(20_000, 9));
+        assert!(!only_polls(14_000, 1));
+        assert!(!only_polls(7_000, 1));
+        assert!(!only_polls(63_000, 9));
+        assert!(!only_polls(0, 0));
     }
 
     /// Bulk operations are counted from start to completion; small ones not at all; the
