@@ -426,7 +426,8 @@ pub fn bulk_over(len: usize) {
 }
 
 /// CPU time of this thread (ns): a system call (CLOCK_THREAD_CPUTIME_ID), so asked only
-/// while a bulk operation is in flight.
+/// where a sleep is in question (a bulk operation in flight, or a long idle), and seldom
+/// of a thread found computing.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -441,7 +442,7 @@ fn thread_cpu_ns() -> u64 {
 
 thread_local! {
     /// This thread's CPU time (ns; 0: none yet) and the wall time (`now_ns`) when it last
-    /// looked, at an empty progress call while bulk operations were in flight.
+    /// looked, at an empty progress call (see `look`).
     static LAST_SAMPLE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// Empty progress calls left before this thread looks again: it computes between them.
     static SKIP: Cell<u32> = const { Cell::new(0) };
@@ -466,11 +467,11 @@ const SKIP_AFTER_COMPUTING: u32 = 8;
 /// such call while a bulk operation is in flight, waits in a loop that takes the processor
 /// from a thread that computes on it: since its last look it only polled, and ran less than
 /// a third of the time, at two looks in a row (the rest went to another task on its core,
-/// which its yields let run — a rank computing with MPI_Test there yields at each test too, and each
-/// of those hands the core back to this loop for a poll and two context switches). Such a
-/// wait sleeps until its completion comes: the transfer is long, and asleep it costs that
-/// computing rank nothing. A rank that itself computes between tests ran most of that time
-/// and goes on polling.
+/// which its yields let run — a rank computing with MPI_Test there yields at each test
+/// too, and each of those hands the core back to this loop for a poll and two context
+/// switches). Such a wait sleeps until its completion comes: the transfer is long, and
+/// asleep it costs that computing rank nothing. A rank that itself computes between tests
+/// ran most of that time and goes on polling.
 fn crowded_bulk_wait(now: u64, gap: u64) -> bool {
     if BULK.load(Ordering::Relaxed) == 0 || !YIELDING.load(Ordering::Relaxed) {
         LOW.set(0);
