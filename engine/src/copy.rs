@@ -51,6 +51,12 @@ pub trait CopyEngine<F> {
     fn lend(&mut self, frame: F, _range: Range<usize>, _dst: &BufRef) -> Result<(), F> {
         Err(frame)
     }
+    /// Whether [`CopyEngine::lend`] may ever lend: a copier that never does says so, and the
+    /// receive path then copies at once instead of handing the frame to `lend` and taking it
+    /// back (a small message's frame moved twice).
+    fn lends(&self) -> bool {
+        true
+    }
     /// Synchronously writes `src` into `dst` at `dst_off` (unexpected-message delivery).
     fn write(&mut self, dst: &BufRef, dst_off: u64, src: &[u8]) -> Result<(), CopyError>;
     /// Synchronously reads from `src` at `src_off` into `out` (building transmit frames).
@@ -206,6 +212,10 @@ impl<F: AsRef<[u8]>, M: Memory> CopyEngine<F> for CpuCopy<M> {
         Ok(())
     }
     fn poll_completed(&mut self, _done: &mut Vec<Result<(), CopyError>>) {}
+    // The buffers are this process's own: nobody to lend a frame to.
+    fn lends(&self) -> bool {
+        false
+    }
     // A read is a copy within this process: nothing to save by reading a burst together.
     fn reads_in_batches(&self) -> bool {
         false

@@ -135,7 +135,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let range = head..head + n as usize;
             // A whole message that fits may be read where it arrived (the frame lent to the
             // receiver); otherwise it is copied into the receive's buffer.
-            let f = if n == info.len {
+            let f = if n == info.len && self.copy.lends() {
                 self.copy.lend(f, range.clone(), &buf).err()
             } else {
                 Some(f)
