@@ -8,9 +8,7 @@
 //! its group), which then stops the job, reads the agents' counters and stops the agents.
 
 use crate::cli::{parse_mtu, parse_nodes, parse_np, parse_percent};
-use crate::fabric::{
-    Cluster, ClusterOpts, FabricKind, LayoutKind, OMPI_COMPONENT_DIR, WireKind, mtl_dir,
-};
+use crate::fabric::{Cluster, ClusterOpts, FabricKind, LayoutKind, OMPI_COMPONENT_DIR, WireKind};
 use clap::Args;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -446,6 +444,43 @@ pub fn copies_line(stats: &[serde_json::Value]) -> Option<String> {
 
 /// Exit code of a job stopped by Ctrl-C / SIGTERM (the shell's 128 + SIGINT).
 pub const INTERRUPTED: i32 = 130;
+
+/// Where `mca_mtl_tigon.so` lives: $TIGON_MTL_DIR; in a cargo build tree, the
+/// `libmca_mtl_tigon.so` cargo left next to `tigon` (a directory under `scratch` gets a link
+/// with the name Open MPI looks for); else next to this executable (or in its `ompi/`
+/// subdirectory), or Open MPI's own component directory. The build's own library comes
+/// before the copies: a copy in `ompi/` (the MTL's tests make one) or in Open MPI's directory
+/// (an install) may be older than the build, and a job would then run old code.
+pub fn mtl_dir(scratch: &Path) -> Option<PathBuf> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf));
+    if let Some(d) = std::env::var_os("TIGON_MTL_DIR") {
+        return Some(d.into());
+    }
+    let lib = exe_dir.as_ref().map(|d| d.join("libmca_mtl_tigon.so"));
+    if let Some(lib) = lib.filter(|l| l.exists()) {
+        let dir = scratch.join("ompi");
+        // A cluster running several jobs (tigon soak) asks again: the link is there.
+        if !dir.join("mca_mtl_tigon.so").exists() {
+            std::fs::create_dir_all(&dir).ok()?;
+            std::os::unix::fs::symlink(&lib, dir.join("mca_mtl_tigon.so")).ok()?;
+            // The component prints its messages from the help file next to it.
+            std::fs::write(dir.join("help-mtl-tigon.txt"), MTL_HELP).ok()?;
+        }
+        return Some(dir);
+    }
+    let mut c: Vec<PathBuf> = Vec::new();
+    if let Some(d) = &exe_dir {
+        c.push(d.join("ompi"));
+        c.push(d.clone());
+    }
+    c.push(OMPI_COMPONENT_DIR.into());
+    c.into_iter().find(|d| d.join("mca_mtl_tigon.so").exists())
+}
+
+/// The component's help file (`opal_show_help` texts), put next to a linked build.
+const MTL_HELP: &str = include_str!("../ompi-mtl/help-mtl-tigon.txt");
 
 #[cfg(test)]
 mod tests {

@@ -89,11 +89,7 @@ impl Mempool {
                  exceed the {HEADROOM}-byte headroom"
             )));
         }
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))?;
-        // Per-lcore caches speed up big pools but hide mbufs from other lcores; small pools
-        // (tests, control traffic) go without.
-        let cache = if size >= 4096 { 256 } else { 0 };
+        let (cname, cache) = (pool_name(name)?, cache_size(size));
         // SAFETY: the EAL is initialised (we hold a handle); cname is a valid C string.
         let mp = unsafe {
             sys::rte_pktmbuf_pool_create(
@@ -164,9 +160,7 @@ impl Mempool {
                  contiguous in IO space, not {size}"
             )));
         }
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))?;
-        let cache = if size >= 4096 { 256 } else { 0 };
+        let (cname, cache) = (pool_name(name)?, cache_size(size));
         // SAFETY: the EAL is initialised; each piece of `ext` lies in `mem`, registered with
         // DPDK and kept mapped by the pool (`Inner::ext`) until the pool is freed.
         let mp = unsafe {
@@ -286,4 +280,16 @@ impl Mempool {
             size: self.inner.size,
         }
     }
+}
+
+/// A pool's name as DPDK takes it.
+fn pool_name(name: &str) -> Result<CString> {
+    CString::new(name)
+        .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))
+}
+
+/// Per-lcore caches speed up big pools but hide mbufs from other lcores; small pools (tests,
+/// control traffic) go without.
+fn cache_size(size: u32) -> u32 {
+    if size >= 4096 { 256 } else { 0 }
 }

@@ -581,16 +581,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return false;
         };
         let peer = &self.peers[p];
-        wire::short_ack(
-            buf.as_mut(),
-            peer.mac,
-            self.mac,
-            self.ck_flag() as u8,
-            wire::session_tag(peer.conn.local, peer.conn.remote),
-            peer.stream.rcv_next,
-            peer.credit.released,
-        );
-        wire::fill_small_checksum(buf.as_mut());
+        let tag = wire::session_tag(peer.conn.local, peer.conn.remote);
+        let (ack, credit) = (peer.stream.rcv_next, peer.credit.released);
+        let flags = self.ck_flag() as u8;
+        if !wire::write_short_ack(buf.as_mut(), peer.mac, self.mac, flags, tag, ack, credit) {
+            // A link buffer shorter than it was asked for: as if it had none.
+            self.stats.tx_no_buffers += 1;
+            return false;
+        }
         // Headers (and payload) as for every frame, the padding to the minimum not counted.
         self.stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         self.tx.push(buf);
