@@ -501,3 +501,73 @@ fn rendezvous_messages_from_one_peer_are_pulled_one_after_another() {
         assert_eq!(w.mem(1).get(buf).unwrap(), &pattern(0, i as u32, LEN));
     }
 }
+
+/// A message from an endpoint of this node is at the node even when it goes by rendezvous
+/// (here an eager-sized one whose sender had no credit left): the engine reads its bytes
+/// itself, so a receive of it never waits on another node, and the mprobe says so (the MTL
+/// then receives it within MPI_Imrecv, as it does a whole eager message).
+#[test]
+fn an_mprobed_message_from_this_node_has_arrived_even_by_rendezvous() {
+    let cfg = Config {
+        unexpected_bytes: 16 << 10,
+        eager_credit_initial: 16 << 10,
+        eager_credit_floor: 16 << 10,
+        eager_credit: 16 << 10,
+        ..Config::default()
+    };
+    let mut w = World::new(1, Faults::default(), 1, cfg);
+    w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[0].eng.open_endpoint(Some(1)).unwrap();
+    // The first message takes the credit and stays unexpected (synchronous: its send waits
+    // for the receive at the end); the second has none left.
+    let first = send(
+        &mut w,
+        0,
+        b,
+        0,
+        3,
+        pattern(0, 1, 12_000),
+        SendMode::Synchronous,
+    );
+    let len = 20_000;
+    let second = send(&mut w, 0, b, 0, 4, pattern(0, 2, len), SendMode::Standard);
+    let mut found = None;
+    w.run_until(200_000, |w| {
+        found = w.nodes[0]
+            .eng
+            .improbe(1, MatchSpec::mpi(CTX, 0, 4))
+            .unwrap();
+        found.is_some()
+    });
+    assert!(
+        w.nodes[0].eng.stats.credit_fallbacks >= 1,
+        "the second message went by rendezvous"
+    );
+    let (h, info) = found.unwrap();
+    assert_eq!(info.len, len as u64);
+    assert!(
+        w.nodes[0].eng.message_arrived(h),
+        "from this node: at the node"
+    );
+    let buf = w.mem(0).insert(vec![0; len]);
+    let r = w.nodes[0].eng.imrecv(1, h, buf).unwrap();
+    let done = wait_all(&mut w, 0, &[r, second]);
+    assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
+    assert_eq!(w.mem(0).get(&buf).unwrap(), &pattern(0, 2, len)[..]);
+    let (r1, b1) = {
+        let buf = w.mem(0).insert(vec![0; 12_000]);
+        (
+            w.nodes[0]
+                .eng
+                .irecv(1, MatchSpec::mpi(CTX, 0, 3), buf)
+                .unwrap(),
+            buf,
+        )
+    };
+    assert!(
+        wait_all(&mut w, 0, &[r1, first])
+            .iter()
+            .all(|c| c.result.is_ok())
+    );
+    assert_eq!(w.mem(0).get(&b1).unwrap(), &pattern(0, 1, 12_000)[..]);
+}

@@ -52,8 +52,8 @@ pub fn start<L: Link, C: CopyEngine<L::Frame>>(
             let arrived = matches!(found, Ok(Some((h, _))) if eng.message_arrived(h));
             let mut done = probed(found.map(|o| o.map(|(h, info)| (info, h.as_u64()))));
             if arrived {
-                // All of it is here: the client may wait for its MRecv, which takes no more
-                // than one pass of the engine.
+                // All of it is here (or in a sender's memory on this node): the client may
+                // wait for its MRecv, which never waits on another node.
                 done.received = done.info_len;
             }
             return Started::Done(done);

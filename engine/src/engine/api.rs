@@ -206,13 +206,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Whether every byte of the message `msg` (from [`Engine::improbe`]) is at this node, so
-    /// that [`Engine::imrecv`] completes it at once instead of waiting for the network.
+    /// that a receive of it ([`Engine::imrecv`]) never waits on the network: an eager message
+    /// whose last fragment is in (completed at once), or any message from an endpoint of this
+    /// node, whose bytes the engine pulls from its sender's memory itself (a rendezvous one
+    /// too, which an eager-sized message becomes when its sender has no credit left).
     pub fn message_arrived(&self, msg: MessageHandle) -> bool {
         self.unex
             .probed
             .get(&msg.as_u64())
             .and_then(|&u| self.unex.get(u))
-            .is_some_and(|x| !x.rndv && x.received >= x.info.len)
+            .is_some_and(|x| {
+                if x.rndv {
+                    self.peers[x.peer].mac == self.mac
+                } else {
+                    x.received >= x.info.len
+                }
+            })
     }
 
     /// Receives a message taken by [`Engine::improbe`] into `buf`.

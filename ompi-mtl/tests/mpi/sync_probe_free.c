@@ -137,19 +137,20 @@ static void to_self(MPI_Comm self, uint32_t round)
 
         /* An mprobed message whole at the node is received within MPI_Imrecv (as Open MPI's
            own PMLs do; mpi4py's pkl5 tests such a request once, then drops it with its
-           buffer). Eager messages are whole once a later message has arrived behind them. */
-        if (len <= EAGER_MAX) {
-            MPI_OK(MPI_Send(sb, (int) len, MPI_BYTE, 0, 6, self));
-            MPI_OK(MPI_Send(NULL, 0, MPI_BYTE, 0, 7, self));
-            MPI_OK(MPI_Recv(NULL, 0, MPI_BYTE, 0, 7, self, MPI_STATUS_IGNORE));
-            MPI_OK(MPI_Mprobe(0, 6, self, &msg, &s));
-            memset(rb, 0, len);
-            MPI_OK(MPI_Imrecv(rb, (int) len, MPI_BYTE, &msg, &rr));
-            MPI_OK(MPI_Test(&rr, &flag, &s));
-            CHECK(flag, "Imrecv of a whole %zu-byte message not complete at its first Test", len);
-            check_status(&s, 0, 6, len, "imrecv of a whole message");
-            CHECK(verify(rb, len, seed) < 0, "imrecv of a whole %zu-byte message", len);
-        }
+           buffer). A message to this rank is at the node once a later one has arrived behind
+           it, at every size: an eager one whole, a rendezvous one (past the threshold, or
+           eager-sized without credit left) in its sender's memory, which the agent reads. */
+        MPI_OK(MPI_Isend(sb, (int) len, MPI_BYTE, 0, 6, self, &rs));
+        MPI_OK(MPI_Send(NULL, 0, MPI_BYTE, 0, 7, self));
+        MPI_OK(MPI_Recv(NULL, 0, MPI_BYTE, 0, 7, self, MPI_STATUS_IGNORE));
+        MPI_OK(MPI_Mprobe(0, 6, self, &msg, &s));
+        memset(rb, 0, len);
+        MPI_OK(MPI_Imrecv(rb, (int) len, MPI_BYTE, &msg, &rr));
+        MPI_OK(MPI_Test(&rr, &flag, &s));
+        CHECK(flag, "Imrecv of a whole %zu-byte message not complete at its first Test", len);
+        check_status(&s, 0, 6, len, "imrecv of a whole message");
+        CHECK(verify(rb, len, seed) < 0, "imrecv of a whole %zu-byte message", len);
+        MPI_OK(MPI_Wait(&rs, MPI_STATUS_IGNORE));
 
         /* An Issend freed while active (pkl5's request.free()) is still delivered. */
         MPI_OK(MPI_Issend(sb, (int) len, MPI_BYTE, 0, 5, self, &rs));
