@@ -571,3 +571,64 @@ fn an_mprobed_message_from_this_node_has_arrived_even_by_rendezvous() {
     );
     assert_eq!(w.mem(0).get(&b1).unwrap(), &pattern(0, 1, 12_000)[..]);
 }
+
+/// An eager-sized message from another node that went by rendezvous for lack of credit is as
+/// good as here too: its receive needs only the sending engine (one pull), never the sending
+/// rank, so the mprobe says it has arrived and the MTL may receive it within MPI_Imrecv.
+#[test]
+fn an_mprobed_eager_sized_message_without_credit_has_arrived() {
+    let cfg = Config {
+        unexpected_bytes: 16 << 10,
+        eager_credit_initial: 16 << 10,
+        eager_credit_floor: 16 << 10,
+        eager_credit: 16 << 10,
+        ..Config::default()
+    };
+    let mut w = World::new(
+        2,
+        Faults {
+            delay_ns: 5_000,
+            ..Faults::default()
+        },
+        1,
+        cfg,
+    );
+    let (_, b) = open(&mut w);
+    let first = send(
+        &mut w,
+        0,
+        b,
+        0,
+        3,
+        pattern(0, 1, 12_000),
+        SendMode::Synchronous,
+    );
+    let len = 20_000;
+    let second = send(&mut w, 0, b, 0, 4, pattern(0, 2, len), SendMode::Standard);
+    let mut found = None;
+    w.run_until(200_000, |w| {
+        found = w.nodes[1]
+            .eng
+            .improbe(0, MatchSpec::mpi(CTX, 0, 4))
+            .unwrap();
+        found.is_some()
+    });
+    assert!(
+        w.nodes[0].eng.stats.credit_fallbacks >= 1,
+        "the second message went by rendezvous"
+    );
+    let (h, _) = found.unwrap();
+    assert!(
+        w.nodes[1].eng.message_arrived(h),
+        "eager-sized: as good as here"
+    );
+    let buf = w.mem(1).insert(vec![0; len]);
+    let r = w.nodes[1].eng.imrecv(0, h, buf).unwrap();
+    assert!(wait_all(&mut w, 1, &[r])[0].result.is_ok());
+    assert_eq!(w.mem(1).get(&buf).unwrap(), &pattern(0, 2, len)[..]);
+    let (r1, b1) = recv(&mut w, 1, 0, 3, 12_000);
+    assert!(wait_all(&mut w, 1, &[r1])[0].result.is_ok());
+    assert_eq!(w.mem(1).get(&b1).unwrap(), &pattern(0, 1, 12_000)[..]);
+    let sent = wait_all(&mut w, 0, &[first, second]);
+    assert!(sent.iter().all(|c| c.result.is_ok()), "{sent:?}");
+}

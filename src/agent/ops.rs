@@ -52,8 +52,8 @@ pub fn start<L: Link, C: CopyEngine<L::Frame>>(
             let arrived = matches!(found, Ok(Some((h, _))) if eng.message_arrived(h));
             let mut done = probed(found.map(|o| o.map(|(h, info)| (info, h.as_u64()))));
             if arrived {
-                // All of it is here (or in a sender's memory on this node): the client may
-                // wait for its MRecv, which never waits on another node.
+                // As good as here (Engine::message_arrived): the client may wait for its
+                // MRecv, which needs nothing of the sending rank.
                 done.received = done.info_len;
             }
             return Started::Done(done);

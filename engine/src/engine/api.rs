@@ -205,11 +205,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Ok(Some((MessageHandle::from_u64(u), info)))
     }
 
-    /// Whether every byte of the message `msg` (from [`Engine::improbe`]) is at this node, so
-    /// that a receive of it ([`Engine::imrecv`]) never waits on the network: an eager message
-    /// whose last fragment is in (completed at once), or any message from an endpoint of this
-    /// node, whose bytes the engine pulls from its sender's memory itself (a rendezvous one
-    /// too, which an eager-sized message becomes when its sender has no credit left).
+    /// Whether the message `msg` (from [`Engine::improbe`]) is as good as here, so that a
+    /// receive of it ([`Engine::imrecv`]) needs nothing of the sending rank and may be waited
+    /// for at once (the MTL receives it within `MPI_Imrecv`, as Open MPI's own PMLs do an
+    /// eager message): an eager message whose last fragment is in (completed at once); a
+    /// message from an endpoint of this node, whose bytes the engine pulls from its sender's
+    /// memory itself; an eager-sized message that went by rendezvous because its sender had
+    /// no credit left (one round trip to the sending engine, which serves the pull alone).
+    /// False for a message past the rendezvous threshold from another node.
     pub fn message_arrived(&self, msg: MessageHandle) -> bool {
         self.unex
             .probed
@@ -218,6 +221,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             .is_some_and(|x| {
                 if x.rndv {
                     self.peers[x.peer].mac == self.mac
+                        || x.info.len <= self.cfg.rndv_threshold as u64
                 } else {
                     x.received >= x.info.len
                 }

@@ -230,7 +230,9 @@ static void with_peer(int peer, uint32_t round)
         CHECK(verify(rb, len, theirs) < 0, "imrecv of %zu bytes from %d", len, peer);
         MPI_OK(MPI_Wait(&rs, MPI_STATUS_IGNORE));
 
-        /* A whole message from the peer, too (see to_self). */
+        /* An eager-sized message from the peer, too (see to_self): whole at the node, or,
+           if it went by rendezvous for lack of credit, pulled from the peer's agent within
+           MPI_Imrecv. */
         if (len <= EAGER_MAX) {
             MPI_OK(MPI_Send(sb, (int) len, MPI_BYTE, peer, 15, w));
             MPI_OK(MPI_Send(NULL, 0, MPI_BYTE, peer, 16, w));
