@@ -40,6 +40,14 @@ pub fn small_checksum(frame: &[u8]) -> u32 {
     }
 }
 
+/// [`small_checksum`] of the compact header alone (a frame whose payload the checksum does
+/// not cover): every length known at compile time, the chain unrolled with no partial-word
+/// tail to find at run time (the small-message paths' common case, on both sides).
+#[inline(always)]
+pub fn small_header_checksum(head: &[u8; COMPACT_OVERHEAD]) -> u32 {
+    short_checksum(head, field::small::CHECKSUM.start)
+}
+
 /// Frames up to this long (headers, small payloads) are hashed by one chain: eight lanes
 /// pay for themselves only on longer runs.
 const SHORT: usize = 128;

@@ -13,7 +13,7 @@ use core::fmt;
 mod checksum;
 mod payload;
 mod small;
-pub use checksum::{checksum, small_checksum};
+pub use checksum::{checksum, small_checksum, small_header_checksum};
 pub use payload::{
     ACK_PAYLOAD_LEN, AckRepr, CONNECT_PAYLOAD_LEN, ConnectRepr, SACK_BITS, SACK_WORDS,
 };

@@ -49,12 +49,12 @@ impl SmallHeader {
         if b.len() - COMPACT_OVERHEAD < len {
             return Err(Error::Truncated);
         }
-        let covered = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
-            COMPACT_OVERHEAD + len
+        let ck = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
+            small_checksum(&b[..COMPACT_OVERHEAD + len])
         } else {
-            COMPACT_OVERHEAD
+            small_header_checksum(h)
         };
-        if small_checksum(&b[..covered]) != le32(h, s::CHECKSUM) {
+        if ck != le32(h, s::CHECKSUM) {
             return Err(Error::Checksum);
         }
         Ok(Self::read(h))
@@ -141,12 +141,11 @@ pub fn fill_small_checksum(frame: &mut [u8]) {
     let Some(h) = frame.first_chunk::<COMPACT_OVERHEAD>() else {
         return;
     };
-    let covered = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
-        (COMPACT_OVERHEAD + h[s::LENGTH] as usize).min(frame.len())
+    let c = if h[s::FLAGS] as u16 & FLAG_PAYLOAD_CK != 0 {
+        small_checksum(&frame[..(COMPACT_OVERHEAD + h[s::LENGTH] as usize).min(frame.len())])
     } else {
-        COMPACT_OVERHEAD
+        small_header_checksum(h)
     };
-    let c = small_checksum(&frame[..covered]);
     frame[s::CHECKSUM].copy_from_slice(&c.to_le_bytes());
 }
 
@@ -217,7 +216,7 @@ pub fn write_short_ack(
     b[s::SRC_RANK.start..].fill(0);
     let head: &[u8; COMPACT_OVERHEAD] = b.first_chunk().expect("a minimum frame holds the header");
     // The payload is empty: with or without FLAG_PAYLOAD_CK the checksum covers the headers.
-    let c = small_checksum(head);
+    let c = small_header_checksum(head);
     b[s::CHECKSUM].copy_from_slice(&c.to_le_bytes());
     true
 }

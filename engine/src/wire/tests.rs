@@ -186,6 +186,9 @@ fn the_compact_header_is_little_endian() {
     assert_eq!(buf[field::small::MATCH_BITS], h.match_bits.to_le_bytes());
     let ck = u32::from_le_bytes(buf[field::small::CHECKSUM].try_into().unwrap());
     assert_eq!(ck, small_checksum(&buf[..COMPACT_OVERHEAD]));
+    // The header-only form (every length known at compile time) is the same function.
+    let head: &[u8; COMPACT_OVERHEAD] = buf.first_chunk().unwrap();
+    assert_eq!(ck, small_header_checksum(head));
 }
 
 #[test]
