@@ -275,8 +275,29 @@ pub fn rank_exec(a: RankExecArgs) -> Result<(), String> {
         tigon_shm::process::set_affinity(&cpus)
             .map_err(|e| format!("rank-exec --cpus {list}: {e}"))?;
     }
-    let err = Command::new(&a.program[0]).args(&a.program[1..]).exec();
+    let mut cmd = Command::new(&a.program[0]);
+    if let Some(t) = huge_malloc_tunables(std::env::var("GLIBC_TUNABLES").ok().as_deref()) {
+        cmd.env("GLIBC_TUNABLES", t);
+    }
+    let err = cmd.args(&a.program[1..]).exec();
     Err(format!("cannot start `{}`: {err}", a.program[0]))
+}
+
+/// The rank's `GLIBC_TUNABLES` with glibc's malloc asked to put its large allocations on
+/// transparent huge pages (`glibc.malloc.hugetlb=1`: `madvise(MADV_HUGEPAGE)` on its mmap
+/// chunks and heap, which this kernel's THP setting `madvise` waits for). The agent reads
+/// and writes a large message's buffer with `process_vm_readv/writev`, which walk and pin the
+/// buffer page by page: on 4 KiB pages that walk cost the engine core more than the copy
+/// itself (perf, 4 MiB NetPIPE: `follow_page_pte`, `__get_user_pages`, `gup_put_folio` 35 %
+/// of its samples), on a 2 MiB page it is one step. None: the rank already chose
+/// (`glibc.malloc.hugetlb` set, to anything), nothing to change.
+fn huge_malloc_tunables(current: Option<&str>) -> Option<String> {
+    const HUGE: &str = "glibc.malloc.hugetlb=1";
+    match current {
+        None | Some("") => Some(HUGE.to_string()),
+        Some(t) if t.contains("glibc.malloc.hugetlb") => None,
+        Some(t) => Some(format!("{t}:{HUGE}")),
+    }
 }
 
 /// Exit code for a child's status: its code, or 128 + the signal that ended it.
@@ -490,6 +511,22 @@ mod tests {
         let mut v: Vec<std::ffi::OsString> = words.iter().map(Into::into).collect();
         mpirun_style(&mut v);
         v.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn ranks_ask_malloc_for_huge_pages_unless_they_chose() {
+        let t = huge_malloc_tunables;
+        assert_eq!(t(None).as_deref(), Some("glibc.malloc.hugetlb=1"));
+        assert_eq!(t(Some("")).as_deref(), Some("glibc.malloc.hugetlb=1"));
+        assert_eq!(
+            t(Some("glibc.malloc.arena_max=2")).as_deref(),
+            Some("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1")
+        );
+        assert_eq!(t(Some("glibc.malloc.hugetlb=0")), None);
+        assert_eq!(
+            t(Some("glibc.malloc.hugetlb=2:glibc.malloc.arena_max=1")),
+            None
+        );
     }
 
     #[test]
