@@ -63,24 +63,30 @@ pub fn write(pid: i32, addr: u64, src: &[u8]) -> io::Result<()> {
 
 /// Writes each `(bytes, address)` piece into process `pid` with as few system calls as the
 /// kernel allows (up to 1024 pieces per call): how the engine delivers a burst of frames
-/// straight into a rank's buffer.
+/// straight into a rank's buffer. Pieces that follow each other in the other process (a
+/// rendezvous message's frames, in order) are one remote range: the kernel pins and walks
+/// the pages of each remote range once, not once per frame (per frame, the page walks and
+/// pins of a jumbo frame's two or three pages cost the engine more than its copy).
 pub fn write_vectored(pid: i32, pieces: &[(&[u8], u64)]) -> io::Result<()> {
     const IOV_MAX: usize = 1024;
+    let mut local: Vec<libc::iovec> = Vec::with_capacity(pieces.len().min(IOV_MAX));
+    let mut remote: Vec<libc::iovec> = Vec::with_capacity(pieces.len().min(IOV_MAX));
     for chunk in pieces.chunks(IOV_MAX) {
-        let local: Vec<libc::iovec> = chunk
-            .iter()
-            .map(|(b, _)| libc::iovec {
+        local.clear();
+        remote.clear();
+        for (b, a) in chunk {
+            local.push(libc::iovec {
                 iov_base: b.as_ptr() as *mut libc::c_void,
                 iov_len: b.len(),
-            })
-            .collect();
-        let remote: Vec<libc::iovec> = chunk
-            .iter()
-            .map(|(b, a)| libc::iovec {
-                iov_base: *a as usize as *mut libc::c_void,
-                iov_len: b.len(),
-            })
-            .collect();
+            });
+            match remote.last_mut() {
+                Some(r) if r.iov_base as usize + r.iov_len == *a as usize => r.iov_len += b.len(),
+                _ => remote.push(libc::iovec {
+                    iov_base: *a as usize as *mut libc::c_void,
+                    iov_len: b.len(),
+                }),
+            }
+        }
         let want: usize = chunk.iter().map(|(b, _)| b.len()).sum();
         // SAFETY: `local` describes slices we hold (only read by the kernel); `remote` holds
         // addresses in the other process, checked by the kernel (EFAULT if invalid).
@@ -227,5 +233,26 @@ mod tests {
         .unwrap();
         assert_eq!(&std::hint::black_box(&t)[..], b"abcdefg\0\0\0hi");
         assert!(super::write_vectored(pid, &[(b"abc", base), (b"x", 8)]).is_err());
+        // Consecutive pieces (one remote range) and a bad one after them in the same call:
+        // the good ones land, the bad one is the error.
+        let mut u = vec![0u8; 8];
+        let ub = u.as_mut_ptr() as u64;
+        assert!(
+            super::write_vectored(pid, &[(b"0123", ub), (b"4567", ub + 4), (b"z", 8)]).is_err()
+        );
+        assert_eq!(&std::hint::black_box(&u)[..], b"01234567");
+        // Many consecutive pieces, more than one call's worth, with a gap in the middle.
+        let mut w = vec![0u8; 3000];
+        let wb = w.as_mut_ptr() as u64;
+        let src: Vec<u8> = (0..3000u32).map(|i| (i % 253) as u8).collect();
+        let pieces: Vec<(&[u8], u64)> = (0..1500)
+            .filter(|&i| i != 700)
+            .map(|i| (&src[2 * i..2 * i + 2], wb + 2 * i as u64))
+            .collect();
+        super::write_vectored(pid, &pieces).unwrap();
+        let got = std::hint::black_box(&w);
+        assert_eq!(&got[..1400], &src[..1400]);
+        assert_eq!(&got[1400..1402], &[0, 0]);
+        assert_eq!(&got[1402..], &src[1402..]);
     }
 }
