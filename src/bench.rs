@@ -276,7 +276,13 @@ fn run_mpi(
         let res = match t {
             Transport::Tigon => run_tigon(&program, fabric, stall),
             _ => {
-                let cmd = mpi::ob1_command(t, &program);
+                let mut cmd = mpi::ob1_command(t, &program);
+                // The same malloc as tigon's ranks get from `tigon rank-exec` (huge pages):
+                // mpirun's local ranks inherit its environment.
+                let current = std::env::var("GLIBC_TUNABLES").ok();
+                if let Some(t) = crate::run::huge_malloc_tunables(current.as_deref()) {
+                    cmd.env("GLIBC_TUNABLES", t);
+                }
                 let line = mpi::command_line(&cmd);
                 let (recs, err, secs) = mpi::run_program(t.label(), cmd, stall);
                 let mut r = mpi::summarize(t, line, &recs);

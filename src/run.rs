@@ -291,7 +291,7 @@ pub fn rank_exec(a: RankExecArgs) -> Result<(), String> {
 /// itself (perf, 4 MiB NetPIPE: `follow_page_pte`, `__get_user_pages`, `gup_put_folio` 35 %
 /// of its samples), on a 2 MiB page it is one step. None: the rank already chose
 /// (`glibc.malloc.hugetlb` set, to anything), nothing to change.
-fn huge_malloc_tunables(current: Option<&str>) -> Option<String> {
+pub fn huge_malloc_tunables(current: Option<&str>) -> Option<String> {
     const HUGE: &str = "glibc.malloc.hugetlb=1";
     match current {
         None | Some("") => Some(HUGE.to_string()),
