@@ -40,6 +40,9 @@ pub struct Stats {
     pub credit_grants: u64,
     pub credit_reclaims: u64,
     pub tx_backpressure: u64,
+    /// Transmit visits that left new frames queued because the peer's window was full: the
+    /// sender waited for acks (on a lossless link, more asked of it than its window holds).
+    pub tx_window_full: u64,
     pub peer_restarts: u64,
     /// Sessions retired here after `session_idle_ns` idle, and sessions a peer had retired
     /// that this side started anew (its frames resent in the new session).

@@ -82,14 +82,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             let peer = &self.peers[p];
             let (conn, stream) = (&peer.conn, &peer.stream);
+            let new = conn.state == PeerState::Connected && stream.has_new();
+            let room = (stream.unacked.len() as u32) < self.cfg.window.min(conn.remote_window);
+            if new && !room {
+                self.stats.tx_window_full += 1;
+            }
             let more = conn.state == PeerState::Connecting
                 || stream.ack_due.is_some()
                 || stream.probe
                 || stream.probe_reply
                 || !stream.resend.is_empty()
-                || (conn.state == PeerState::Connected
-                    && stream.has_new()
-                    && (stream.unacked.len() as u32) < self.cfg.window.min(conn.remote_window));
+                || (new && room);
             if more {
                 self.mark_active(p);
             }
