@@ -39,7 +39,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Err(e) => return self.stats.drop(e),
         };
         self.stats.rx_frames += 1;
-        if h.dst_mac != self.mac && h.dst_mac != MacAddr::BROADCAST {
+        let dst = h.dst_mac.word();
+        if dst != self.mac_word && dst != MacAddr::BROADCAST.word() {
             self.stats.drop_not_ours += 1;
             return;
         }

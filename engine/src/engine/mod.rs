@@ -54,6 +54,9 @@ fn new_session(rng: &mut rand::rngs::SmallRng) -> u32 {
 pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     cfg: Config,
     mac: MacAddr,
+    /// `mac` as one integer ([`MacAddr::word`]): every received small frame's destination
+    /// is compared with it.
+    mac_word: u64,
     eps: Endpoints,
     /// This node's random session, new with every engine: a peer that sees it change knows
     /// this node restarted and its earlier operations are lost.
@@ -141,6 +144,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Ok(Engine {
             cfg,
             mac,
+            mac_word: mac.word(),
             session: new_session(&mut rng),
             eps: Endpoints::default(),
             peers: Vec::new(),

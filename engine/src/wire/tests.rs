@@ -346,3 +346,18 @@ fn mac_text() {
     assert!("02:00".parse::<MacAddr>().is_err());
     assert!("zz:00:0a:ff:00:01".parse::<MacAddr>().is_err());
 }
+
+#[test]
+fn a_mac_word_is_equal_exactly_when_the_addresses_are() {
+    let base = MacAddr([2, 0, 0x0a, 0xff, 0, 1]);
+    assert_eq!(base.word(), 0x0100_ff0a_0002);
+    assert_eq!(MacAddr::BROADCAST.word(), 0xffff_ffff_ffff);
+    for i in 0..6 {
+        for bit in 0..8 {
+            let mut m = base;
+            m.0[i] ^= 1 << bit;
+            assert_ne!(m.word(), base.word(), "byte {i} bit {bit}");
+            assert_eq!(m.word() == base.word(), m == base);
+        }
+    }
+}
