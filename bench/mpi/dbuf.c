@@ -1,5 +1,6 @@
 /* tigon_bench_mpi: double buffering (seed 000, Fig. 7) (see main.c). */
 #include "bench.h"
+#include <sched.h>
 
 /* Producer fill and consumer sum: real work on the data plus a delay loop of `upk` units
  * per KiB, which sets the rate (seed 000, section 5.2). */
@@ -118,8 +119,27 @@ static double w_dbuf(const void *c, long n)
     return m_dbuf(x->size, n + 1, x->a, x->b);
 }
 
+/* Whether both ranks may run on one CPU only, the same one (then the producer's and the
+   consumer's work take turns on it, and the rate is bounded by 1 / (1/p + 1/c), not by
+   min(p, c)). Rank 0's answer; the other rank sends its CPU set. */
+static int ranks_share_one_cpu(void)
+{
+    cpu_set_t mine, theirs;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+        return 0;
+    if (rank == 1) {
+        MPI_Send(&mine, (int)sizeof mine, MPI_BYTE, 0, TAG_ACK, MPI_COMM_WORLD);
+        return 0;
+    }
+    MPI_Recv(&theirs, (int)sizeof theirs, MPI_BYTE, 1, TAG_ACK, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    return CPU_COUNT(&mine) == 1 && CPU_EQUAL(&mine, &theirs);
+}
+
 void double_buffering(void)
 {
+    int shared = ranks_share_one_cpu();
     /* The seed's two regimes: the slow side at `slow` B/s, the other three times faster. */
     const double slow = 200e6, fast = 600e6;
     static const long bsizes_full[] = {1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10,
@@ -163,6 +183,7 @@ void double_buffering(void)
                 out_num("total_ns", t);
                 out_num("producer_Bps", rate_p);
                 out_num("consumer_Bps", rate_c);
+                out_long("one_cpu", shared);
                 out_end();
             }
         }

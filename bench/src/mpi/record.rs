@@ -62,6 +62,9 @@ pub enum Record {
         producer_bps: f64,
         #[serde(rename = "consumer_Bps")]
         consumer_bps: f64,
+        /// 1: both ranks may run only on the same one CPU.
+        #[serde(default)]
+        one_cpu: u64,
     },
     Emp {
         compute_us: f64,

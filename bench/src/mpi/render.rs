@@ -251,7 +251,18 @@ pub fn render(rep: &MpiReport, targets: &[Target]) -> String {
             .collect();
         let head: Vec<&str> = head.iter().map(String::as_str).collect();
         s.push_str(&report::table(&head, &rows));
-        s.push_str("\n\n");
+        s.push('\n');
+        for r in &with_db {
+            if let Some(d) = r.double_buffering.iter().find(|d| d.one_cpu) {
+                s.push_str(&format!(
+                    "{}: both ranks on one CPU, where the producer's and the consumer's work take \
+                     turns: the bound is 1/(1/p + 1/c), {:.0}% of min(p, c) here\n",
+                    r.transport.label_short(),
+                    d.bound_mb_s / d.producer_mb_s.min(d.consumer_mb_s) * 100.0
+                ));
+            }
+        }
+        s.push('\n');
     }
 
     // EMP.

@@ -98,6 +98,12 @@ pub struct DbufRow {
     pub consumer_mb_s: f64,
     /// rate / min(producer, consumer).
     pub fraction: f64,
+    /// Both ranks could run only on one CPU, the same: their work takes turns on it, so the
+    /// best rate is 1 / (1/producer + 1/consumer), not min(producer, consumer).
+    pub one_cpu: bool,
+    /// The best rate this placement allows: min(producer, consumer), or with one CPU for
+    /// both 1 / (1/producer + 1/consumer); MB/s.
+    pub bound_mb_s: f64,
 }
 
 /// EMP's loop at one amount of compute (seed 003, Table 2, Fig. 6).
@@ -297,8 +303,15 @@ pub fn summarize(t: Transport, mpirun: String, recs: &[Record]) -> TransportResu
                 total_ns,
                 producer_bps,
                 consumer_bps,
+                one_cpu,
             } => {
                 let rate = bytes / total_ns * 1e3;
+                let one_cpu = *one_cpu != 0;
+                let bound = if one_cpu {
+                    1.0 / (1.0 / producer_bps + 1.0 / consumer_bps)
+                } else {
+                    producer_bps.min(*consumer_bps)
+                };
                 r.double_buffering.push(DbufRow {
                     regime: regime.clone(),
                     bsize: *bsize,
@@ -307,6 +320,8 @@ pub fn summarize(t: Transport, mpirun: String, recs: &[Record]) -> TransportResu
                     producer_mb_s: producer_bps / 1e6,
                     consumer_mb_s: consumer_bps / 1e6,
                     fraction: rate / (producer_bps.min(*consumer_bps) / 1e6),
+                    one_cpu,
+                    bound_mb_s: bound / 1e6,
                 });
             }
             Record::Emp {
@@ -376,5 +391,28 @@ noise from mpirun"#;
         assert!((b.pingpong_mb_s.unwrap() - 6.4).abs() < 1e-9);
         assert!((r.availability[0].availability - 0.9).abs() < 1e-9);
         assert!((r.availability[0].poll_us - 2.0).abs() < 1e-9);
+    }
+
+    /// Two ranks pinned to one CPU take turns: producer 200 MB/s and consumer 600 MB/s can
+    /// reach 150 MB/s together, 75% of min(p, c); on two CPUs the bound is min(p, c).
+    #[test]
+    fn double_buffering_bound_follows_the_ranks_cpus() {
+        let text = r#"{"t":"dbuf","regime":"producer","bsize":65536,"n":10,"bytes":1.0e6,"total_ns":1.0e7,"producer_Bps":2.0e8,"consumer_Bps":6.0e8,"one_cpu":1}
+{"t":"dbuf","regime":"producer","bsize":65536,"n":10,"bytes":1.0e6,"total_ns":1.0e7,"producer_Bps":2.0e8,"consumer_Bps":6.0e8,"one_cpu":0}
+{"t":"dbuf","regime":"producer","bsize":65536,"n":10,"bytes":1.0e6,"total_ns":1.0e7,"producer_Bps":2.0e8,"consumer_Bps":6.0e8}"#;
+        let (recs, _) = parse_lines(text);
+        let r = summarize(Transport::Tigon, String::new(), &recs);
+        let d = &r.double_buffering;
+        assert_eq!(d.len(), 3);
+        assert!(d[0].one_cpu && !d[1].one_cpu && !d[2].one_cpu);
+        assert!(
+            (d[0].bound_mb_s - 150.0).abs() < 1e-9,
+            "{}",
+            d[0].bound_mb_s
+        );
+        assert!((d[1].bound_mb_s - 200.0).abs() < 1e-9);
+        // The fraction stays against min(p, c), as the target is set.
+        assert!((d[0].rate_mb_s - 100.0).abs() < 1e-9);
+        assert!((d[0].fraction - 0.5).abs() < 1e-9);
     }
 }

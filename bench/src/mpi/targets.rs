@@ -30,12 +30,22 @@ pub fn dbuf_peak(r: &TransportResult) -> Option<(f64, String)> {
             .iter()
             .filter(|d| d.regime == regime)
             .max_by(|a, b| a.fraction.total_cmp(&b.fraction))?;
-        let s = format!(
+        let mut s = format!(
             "{regime}-bound: {:.0} MB/s of {:.0} at {} B",
             best.rate_mb_s,
             best.producer_mb_s.min(best.consumer_mb_s),
             best.bsize
         );
+        if best.one_cpu {
+            // Said beside the figure, not folded into it: the target stays as set.
+            s.push_str(&format!(
+                "; both ranks on one CPU here, where their work takes turns: at most {:.0} MB/s \
+                 ({:.0}%), reached {:.0}% of that",
+                best.bound_mb_s,
+                best.bound_mb_s / best.producer_mb_s.min(best.consumer_mb_s) * 100.0,
+                best.rate_mb_s / best.bound_mb_s * 100.0
+            ));
+        }
         if worst.as_ref().is_none_or(|w| best.fraction < w.0) {
             worst = Some((best.fraction, s));
         }
