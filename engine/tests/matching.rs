@@ -502,40 +502,34 @@ fn rendezvous_messages_from_one_peer_are_pulled_one_after_another() {
     }
 }
 
-/// A message from an endpoint of this node is at the node even when it goes by rendezvous
-/// (here an eager-sized one whose sender had no credit left): the engine reads its bytes
-/// itself, so a receive of it never waits on another node, and the mprobe says so (the MTL
-/// then receives it within MPI_Imrecv, as it does a whole eager message).
-#[test]
-fn an_mprobed_message_from_this_node_has_arrived_even_by_rendezvous() {
-    let cfg = Config {
+/// An eager credit that one 12,000-byte unexpected message uses up.
+fn credit_starved() -> Config {
+    Config {
         unexpected_bytes: 16 << 10,
         eager_credit_initial: 16 << 10,
         eager_credit_floor: 16 << 10,
         eager_credit: 16 << 10,
         ..Config::default()
-    };
-    let mut w = World::new(1, Faults::default(), 1, cfg);
-    w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
-    let b = w.nodes[0].eng.open_endpoint(Some(1)).unwrap();
-    // The first message takes the credit and stays unexpected (synchronous: its send waits
-    // for the receive at the end); the second has none left.
-    let first = send(
-        &mut w,
-        0,
-        b,
-        0,
-        3,
-        pattern(0, 1, 12_000),
-        SendMode::Synchronous,
-    );
-    let len = 20_000;
-    let second = send(&mut w, 0, b, 0, 4, pattern(0, 2, len), SendMode::Standard);
+    }
+}
+
+/// Node 0's endpoint 0 sends `to` two messages: a synchronous one of 12,000 bytes (tag 3) that
+/// takes the credit and stays unexpected (its send waits for the receive at the end), then
+/// one of 20,000 bytes (tag 4) with no credit left, which goes by rendezvous. Returns both
+/// sends and node `at`'s endpoint `ep`'s mprobe of the second.
+fn send_one_without_credit(
+    w: &mut World,
+    to: EndpointAddr,
+    at: usize,
+    ep: u16,
+) -> (ReqId, ReqId, MessageHandle) {
+    let first = send(w, 0, to, 0, 3, pattern(0, 1, 12_000), SendMode::Synchronous);
+    let second = send(w, 0, to, 0, 4, pattern(0, 2, 20_000), SendMode::Standard);
     let mut found = None;
     w.run_until(200_000, |w| {
-        found = w.nodes[0]
+        found = w.nodes[at]
             .eng
-            .improbe(1, MatchSpec::mpi(CTX, 0, 4))
+            .improbe(ep, MatchSpec::mpi(CTX, 0, 4))
             .unwrap();
         found.is_some()
     });
@@ -544,26 +538,34 @@ fn an_mprobed_message_from_this_node_has_arrived_even_by_rendezvous() {
         "the second message went by rendezvous"
     );
     let (h, info) = found.unwrap();
-    assert_eq!(info.len, len as u64);
+    assert_eq!(info.len, 20_000);
+    (first, second, h)
+}
+
+/// A message from an endpoint of this node is at the node even when it goes by rendezvous
+/// (here an eager-sized one whose sender had no credit left): the engine reads its bytes
+/// itself, so a receive of it never waits on another node, and the mprobe says so (the MTL
+/// then receives it within MPI_Imrecv, as it does a whole eager message).
+#[test]
+fn an_mprobed_message_from_this_node_has_arrived_even_by_rendezvous() {
+    let mut w = World::new(1, Faults::default(), 1, credit_starved());
+    w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    let b = w.nodes[0].eng.open_endpoint(Some(1)).unwrap();
+    let (first, second, h) = send_one_without_credit(&mut w, b, 0, 1);
     assert!(
         w.nodes[0].eng.message_arrived(h),
         "from this node: at the node"
     );
-    let buf = w.mem(0).insert(vec![0; len]);
+    let buf = w.mem(0).insert(vec![0; 20_000]);
     let r = w.nodes[0].eng.imrecv(1, h, buf).unwrap();
     let done = wait_all(&mut w, 0, &[r, second]);
     assert!(done.iter().all(|c| c.result.is_ok()), "{done:?}");
-    assert_eq!(w.mem(0).get(&buf).unwrap(), &pattern(0, 2, len)[..]);
-    let (r1, b1) = {
-        let buf = w.mem(0).insert(vec![0; 12_000]);
-        (
-            w.nodes[0]
-                .eng
-                .irecv(1, MatchSpec::mpi(CTX, 0, 3), buf)
-                .unwrap(),
-            buf,
-        )
-    };
+    assert_eq!(w.mem(0).get(&buf).unwrap(), &pattern(0, 2, 20_000)[..]);
+    let b1 = w.mem(0).insert(vec![0; 12_000]);
+    let r1 = w.nodes[0]
+        .eng
+        .irecv(1, MatchSpec::mpi(CTX, 0, 3), b1)
+        .unwrap();
     assert!(
         wait_all(&mut w, 0, &[r1, first])
             .iter()
@@ -577,55 +579,21 @@ fn an_mprobed_message_from_this_node_has_arrived_even_by_rendezvous() {
 /// rank, so the mprobe says it has arrived and the MTL may receive it within MPI_Imrecv.
 #[test]
 fn an_mprobed_eager_sized_message_without_credit_has_arrived() {
-    let cfg = Config {
-        unexpected_bytes: 16 << 10,
-        eager_credit_initial: 16 << 10,
-        eager_credit_floor: 16 << 10,
-        eager_credit: 16 << 10,
-        ..Config::default()
+    let delay = Faults {
+        delay_ns: 5_000,
+        ..Faults::default()
     };
-    let mut w = World::new(
-        2,
-        Faults {
-            delay_ns: 5_000,
-            ..Faults::default()
-        },
-        1,
-        cfg,
-    );
+    let mut w = World::new(2, delay, 1, credit_starved());
     let (_, b) = open(&mut w);
-    let first = send(
-        &mut w,
-        0,
-        b,
-        0,
-        3,
-        pattern(0, 1, 12_000),
-        SendMode::Synchronous,
-    );
-    let len = 20_000;
-    let second = send(&mut w, 0, b, 0, 4, pattern(0, 2, len), SendMode::Standard);
-    let mut found = None;
-    w.run_until(200_000, |w| {
-        found = w.nodes[1]
-            .eng
-            .improbe(0, MatchSpec::mpi(CTX, 0, 4))
-            .unwrap();
-        found.is_some()
-    });
-    assert!(
-        w.nodes[0].eng.stats.credit_fallbacks >= 1,
-        "the second message went by rendezvous"
-    );
-    let (h, _) = found.unwrap();
+    let (first, second, h) = send_one_without_credit(&mut w, b, 1, 0);
     assert!(
         w.nodes[1].eng.message_arrived(h),
         "eager-sized: as good as here"
     );
-    let buf = w.mem(1).insert(vec![0; len]);
+    let buf = w.mem(1).insert(vec![0; 20_000]);
     let r = w.nodes[1].eng.imrecv(0, h, buf).unwrap();
     assert!(wait_all(&mut w, 1, &[r])[0].result.is_ok());
-    assert_eq!(w.mem(1).get(&buf).unwrap(), &pattern(0, 2, len)[..]);
+    assert_eq!(w.mem(1).get(&buf).unwrap(), &pattern(0, 2, 20_000)[..]);
     let (r1, b1) = recv(&mut w, 1, 0, 3, 12_000);
     assert!(wait_all(&mut w, 1, &[r1])[0].result.is_ok());
     assert_eq!(w.mem(1).get(&b1).unwrap(), &pattern(0, 1, 12_000)[..]);
