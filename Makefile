@@ -11,7 +11,7 @@ SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
 
 help:
 	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
-	@echo "make demo   - set up, build release, run 'tigon demo' (NetPIPE over tigon and over ob1/tcp)"
+	@echo "make demo   - set up, build release, run 'tigon demo $(DEMO_ARGS)' (NetPIPE over tigon and over ob1/tcp)"
 	@echo "make bench  - set up, build release, run 'tigon bench mpi', 'bench dma', 'bench engine'"
 	@echo "              (BENCH_MPI_ARGS=--quick for a few minutes instead of ~15)"
 	@echo "make bench-instr - instructions per small message in the engine (callgrind); for one engine"
@@ -36,7 +36,7 @@ test:
 demo:
 	@$(SETUP) && \
 	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
-	"$(CARGO_TARGET_DIR)/release/tigon" demo
+	"$(CARGO_TARGET_DIR)/release/tigon" demo $(DEMO_ARGS)
 
 # Instructions per small message in the engine (callgrind; ~1 minute). Built always this one
 # way, with its own profile (Cargo.toml `bench-instr`: release with one codegen unit), so that

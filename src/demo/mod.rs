@@ -34,9 +34,11 @@ pub struct DemoArgs {
     /// Smallest frame (bytes, >= 60).
     #[arg(long, default_value_t = 60)]
     pub min: usize,
-    /// NetPIPE: the agents' encapsulation (raw Ethernet or UDP/IPv4).
-    #[arg(long, value_enum, default_value_t = crate::fabric::WireKind::Ether)]
-    pub wire: crate::fabric::WireKind,
+    /// NetPIPE: the agents' encapsulation (raw Ethernet or UDP/IPv4; default: ether, udp on
+    /// the routed fabric), or `both`: tigon over each in every round, side by side with UDP's
+    /// ratio to raw Ethernet.
+    #[arg(long, value_enum)]
+    pub wire: Option<DemoWire>,
     /// Largest frame (bytes, <= 9000).
     #[arg(long, default_value_t = 9000)]
     pub max: usize,
@@ -47,6 +49,26 @@ pub struct DemoArgs {
     /// NetPIPE: where the emulated nodes' engines run (see `tigon run --layout`).
     #[arg(long, value_enum, default_value_t = crate::fabric::LayoutKind::Auto)]
     pub layout: crate::fabric::LayoutKind,
+}
+
+/// The encapsulations the NetPIPE demo runs tigon over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoWire {
+    Ether,
+    Udp,
+    /// Both, interleaved in every round (raw Ethernet first).
+    Both,
+}
+
+impl DemoWire {
+    pub fn kinds(self) -> Vec<crate::fabric::WireKind> {
+        use crate::fabric::WireKind;
+        match self {
+            DemoWire::Ether => vec![WireKind::Ether],
+            DemoWire::Udp => vec![WireKind::Udp],
+            DemoWire::Both => vec![WireKind::Ether, WireKind::Udp],
+        }
+    }
 }
 
 /// Arguments both ends of a stream share.
