@@ -109,11 +109,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         stream.advance();
         if quiet {
             stream.ack_soon();
+            if !peer.in_active {
+                // Most likely all its transmit visit will do is this ack: the cheaper visit
+                // (tx.rs, `quick_acks`).
+                peer.in_active = true;
+                self.quick_acks.push(p);
+            }
         } else {
             stream.schedule_ack(now, every, delay);
-        }
-        if !peer.in_active {
-            self.mark_active(p);
+            if !peer.in_active {
+                self.mark_active(p);
+            }
         }
         let info = MsgInfo {
             source: EndpointAddr::new(h.src_mac, h.src_ep),

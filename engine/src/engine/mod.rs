@@ -73,6 +73,12 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// The list's other buffer: a transmit pass walks one while peers are marked in the
     /// other, and keeps both (no allocation per pass).
     active_spare: Vec<usize>,
+    /// Peers marked by the receive path for the ack of a message from a quiet peer (fast.rs),
+    /// marked active (`Peer::in_active`) but on this list instead: the transmit pass sends
+    /// each one's ack with one look at the peer when that is all its visit would do (with
+    /// many peers, each sending now and then, nearly always), and visits the others as it
+    /// visits every active peer (tx.rs, `quick_acks`).
+    quick_acks: Vec<usize>,
     /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
     /// timer pass and the sleep budget visit these, never every peer.
     armed: Vec<usize>,
@@ -152,6 +158,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             last_peer: 0,
             active: Vec::new(),
             active_spare: Vec::new(),
+            quick_acks: Vec::new(),
             armed: Vec::new(),
             waits: VecDeque::new(),
             went_idle: VecDeque::new(),

@@ -198,7 +198,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         // A peer marked active and not armed has not been through a transmit pass since:
         // what it has to send goes out at the next poll.
-        if self.active.iter().any(|&p| !self.peers[p].in_armed) {
+        if !self.quick_acks.is_empty() || self.active.iter().any(|&p| !self.peers[p].in_armed) {
             return 0;
         }
         let scan = self.cfg.rto_min_ns / 4;

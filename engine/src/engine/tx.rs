@@ -62,9 +62,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for r in std::mem::take(&mut self.resets) {
             sent += self.emit(link, r, None) as usize;
         }
+        let budget = self.cfg.burst * 2;
+        if !self.quick_acks.is_empty() {
+            sent += self.quick_acks(link, now, budget);
+        }
         let spare = std::mem::take(&mut self.active_spare);
         let mut active = std::mem::replace(&mut self.active, spare);
-        let budget = self.cfg.burst * 2;
         for &p in &active {
             self.peers[p].in_active = false;
             if self.tx.len() >= budget {
@@ -267,6 +270,78 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         tx.push(buf);
         stream.acked();
         Some(1)
+    }
+
+    /// The peers the receive path marked for an ack (`Engine::quick_acks`): each one's ack
+    /// sent if that is all its visit would do and the peer is quiet after it, what
+    /// `ack_only`, `Peer::quiet` and `went_quiet` find and do for it in the pass over the
+    /// active peers, with one look at the peer; the others go on to that pass (still marked
+    /// active). The same frames as that pass would send, in the same burst.
+    fn quick_acks(&mut self, link: &mut L, now: u64, budget: usize) -> usize {
+        let mut sent = 0;
+        let mut quick = std::mem::take(&mut self.quick_acks);
+        for &p in &quick {
+            if self.quick_ack(link, p, budget) {
+                sent += 1;
+                // Quiet now (`went_quiet`, written out: it was left out of line here).
+                let peer = &mut self.peers[p];
+                if !peer.in_armed && self.cfg.session_idle_ns != 0 && !peer.conn.retire_queued {
+                    peer.conn.retire_queued = true;
+                    self.retire_check.push_back((p, now));
+                }
+            } else {
+                self.active.push(p);
+            }
+        }
+        quick.clear();
+        self.quick_acks = quick;
+        sent
+    }
+
+    /// Peer `p`'s ack, if its visit would send that and nothing else and leave it quiet
+    /// (then it is off the active peers); false: leave it to the pass over the active peers
+    /// (as also when the burst is full or the link has no buffer: that pass counts it).
+    #[inline]
+    fn quick_ack(&mut self, link: &mut L, p: usize, budget: usize) -> bool {
+        let flags = self.ck_flag() as u8;
+        let Engine {
+            peers,
+            tx,
+            stats,
+            mac,
+            ..
+        } = self;
+        let peer = &mut peers[p];
+        let s = &peer.stream;
+        // No collection allocated: nothing queued, resent or held out of order either (what
+        // `ack_only` asks of the stream's queues, without looking into each).
+        if tx.len() >= budget
+            || peer.conn.state != PeerState::Connected
+            || peer.conn.connect_ack_owed
+            || !s.ack_now
+            || s.probe
+            || s.probe_reply
+            || peer.msgs.in_eager.is_some()
+            || peer.holds_collections()
+        {
+            return false;
+        }
+        debug_assert!(s.reorder.is_empty() && s.resend.is_empty() && !s.has_new());
+        let Some(mut buf) = link.alloc_tx(wire::MIN_FRAME) else {
+            return false;
+        };
+        let (conn, stream) = (&peer.conn, &mut peer.stream);
+        let tag = wire::session_tag(conn.local, conn.remote);
+        let (ack, credit) = (stream.rcv_next, peer.credit.released);
+        if !wire::write_short_ack(buf.as_mut(), peer.mac, *mac, flags, tag, ack, credit) {
+            return false;
+        }
+        stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
+        stats.acks_sent += 1;
+        tx.push(buf);
+        stream.acked();
+        peer.in_active = false;
+        true
     }
 
     /// The stream's (re)transmissions to peer `p`, within its window.
