@@ -43,7 +43,7 @@ count() {
         { cat "$tmp/err.$1" >&2; exit 1; }
     awk '/^totals:/ {print $2}' "$tmp/cg.$1"
 }
-link_fns='<tigon_engine::memlink::Mem(Link as tigon_engine::link::Link>::(rx_burst|alloc_tx|tx_burst)|Frame as core::ops::drop::Drop>::drop)$'
+link_fns='(<tigon_engine::memlink::Mem(Link as tigon_engine::link::Link>::(rx_burst|alloc_tx|tx_burst)|Frame as core::ops::drop::Drop>::drop)|core::ptr::drop_in_place<tigon_engine::memlink::MemFrame>)$'
 if [ -n "$peers" ]; then
     scount() {
         valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::Pair::traffic*' \
