@@ -118,7 +118,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else {
             stream.schedule_ack(now, every, delay);
             if !peer.in_active {
-                self.mark_active(p);
+                // An ack owed `ack_every` frames: now; else, a delayed one only (nothing else
+                // of the peer's changed here): at its time (`ack_timers`).
+                if stream.ack_now {
+                    self.mark_active(p);
+                } else {
+                    self.delay_ack(p);
+                }
             }
         }
         let info = MsgInfo {

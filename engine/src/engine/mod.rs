@@ -79,6 +79,12 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// many peers, each sending now and then, nearly always), and visits the others as it
     /// visits every active peer (tx.rs, `quick_acks`).
     quick_acks: Vec<usize>,
+    /// Peers owing a delayed ack and nothing else to send, with when it falls due (in that
+    /// order: the delay is one for all), off the active list meanwhile: a peer that sends
+    /// often keeps an ack owed nearly all the time, and on the list it would be visited by
+    /// every transmit pass until then (16 hot peers: 16 visits a poll). `poll` puts each back
+    /// on the active list once its ack is due, or the link has gone quiet (`ack_idle_ns`).
+    ack_timers: VecDeque<(usize, u64)>,
     /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
     /// timer pass and the sleep budget visit these, never every peer.
     armed: Vec<usize>,
@@ -159,6 +165,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             active: Vec::new(),
             active_spare: Vec::new(),
             quick_acks: Vec::new(),
+            ack_timers: VecDeque::new(),
             armed: Vec::new(),
             waits: VecDeque::new(),
             went_idle: VecDeque::new(),
@@ -232,6 +239,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else {
             self.idle_since = None;
         }
+        if !self.ack_timers.is_empty() {
+            self.delayed_acks_due(now);
+        }
         // tx burst (tx.rs; the stream picks the frames)
         let sent = self.transmit(link, now);
         // timers (timers.rs), once the receive queue is drained: with frames still waiting
@@ -251,6 +261,43 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn idle_ack_at(&self) -> Option<u64> {
         self.idle_since
             .map(|t| t.saturating_add(self.cfg.ack_idle_ns))
+    }
+
+    /// Peer `p` owes a delayed ack and, for now, nothing else: queued to be visited once the
+    /// ack is due (`ack_timers`), not on the active list until then.
+    #[inline]
+    fn delay_ack(&mut self, p: usize) {
+        let s = &mut self.peers[p].stream;
+        if let Some(due) = s.ack_due
+            && !s.ack_queued
+        {
+            s.ack_queued = true;
+            self.ack_timers.push_back((p, due));
+        }
+    }
+
+    /// The delayed acks due now (or all of them, once the link has gone quiet): their peers
+    /// go on the active list. A peer whose ack went out meanwhile (with a frame, or alone)
+    /// owes none; one owing a later ack by now (the earlier went out, and a frame came since)
+    /// is queued again for that one.
+    fn delayed_acks_due(&mut self, now: u64) {
+        let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
+        while let Some(&(p, due)) = self.ack_timers.front() {
+            if due > now && !quiet {
+                break;
+            }
+            self.ack_timers.pop_front();
+            let s = &mut self.peers[p].stream;
+            s.ack_queued = false;
+            match s.ack_due {
+                Some(t) if t > now && !quiet => {
+                    s.ack_queued = true;
+                    self.ack_timers.push_back((p, t));
+                }
+                Some(_) => self.mark_active(p),
+                None => {}
+            }
+        }
     }
 
     /// Retires a request and queues its completion.

@@ -215,6 +215,8 @@ pub(super) struct Stream<F> {
     /// In the engine's keepalive queue (`Engine::waits`; one entry per peer at most, but
     /// for a slot reused after a retirement).
     pub(super) keepalive_queued: bool,
+    /// In the engine's queue of delayed acks (`Engine::ack_timers`; as `keepalive_queued`).
+    pub(super) ack_queued: bool,
 }
 
 impl<F> Default for Stream<F> {
@@ -239,6 +241,7 @@ impl<F> Default for Stream<F> {
             ack_due: None,
             ack_now: false,
             keepalive_queued: false,
+            ack_queued: false,
         }
     }
 }

@@ -206,6 +206,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             .waits
             .front()
             .map_or(u64::MAX, |&(_, due)| due.saturating_sub(now).max(scan));
+        // The first delayed ack (in due order), or all of them once the link is quiet.
+        if let Some(&(_, due)) = self.ack_timers.front() {
+            let t = self.idle_ack_at().map_or(due, |q| q.min(due));
+            budget = budget.min(t.saturating_sub(now));
+        }
         for p in self.armed.iter().map(|&p| &self.peers[p]) {
             match p.conn.state {
                 PeerState::Idle => continue,

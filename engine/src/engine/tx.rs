@@ -91,13 +91,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.stats.tx_window_full += 1;
             }
             let more = conn.state == PeerState::Connecting
-                || stream.ack_due.is_some()
                 || stream.probe
                 || stream.probe_reply
                 || !stream.resend.is_empty()
                 || (new && room);
+            // An ack owed and not due yet (the visit would have sent it): visited again at
+            // its time, not by every pass until then.
+            let ack_later = stream.ack_due.is_some();
             if more {
                 self.mark_active(p);
+            } else if ack_later {
+                self.delay_ack(p);
             }
             self.settle(p, now);
         }
