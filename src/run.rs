@@ -284,20 +284,49 @@ pub fn rank_exec(a: RankExecArgs) -> Result<(), String> {
 }
 
 /// The rank's `GLIBC_TUNABLES` with glibc's malloc asked to put its large allocations on
-/// transparent huge pages (`glibc.malloc.hugetlb=1`: `madvise(MADV_HUGEPAGE)` on its mmap
-/// chunks and heap, which this kernel's THP setting `madvise` waits for). The agent reads
-/// and writes a large message's buffer with `process_vm_readv/writev`, which walk and pin the
-/// buffer page by page: on 4 KiB pages that walk cost the engine core more than the copy
-/// itself (perf, 4 MiB NetPIPE: `follow_page_pte`, `__get_user_pages`, `gup_put_folio` 35 %
-/// of its samples), on a 2 MiB page it is one step. None: the rank already chose
-/// (`glibc.malloc.hugetlb` set, to anything), nothing to change.
+/// transparent huge pages, each setting added unless the rank chose it already (None: nothing
+/// to add). The agent reads and writes a large message's buffer with
+/// `process_vm_readv/writev`, which walk and pin the buffer page by page: on 4 KiB pages that
+/// walk costs the engine core more than the copy itself (perf, 4 MiB NetPIPE:
+/// `follow_page_pte`, `__get_user_pages`, `gup_put_folio` 35 % of its samples), on a 2 MiB
+/// page it is one step.
+/// - `glibc.malloc.hugetlb=1`: `madvise(MADV_HUGEPAGE)` on malloc's mmap chunks and heap,
+///   which this kernel's THP setting `madvise` waits for.
+/// - `glibc.malloc.mmap_threshold` at its largest (32 MiB) and `glibc.malloc.trim_threshold`
+///   twice that (what glibc itself sets once it has freed a 32 MiB chunk): a buffer under
+///   32 MiB comes from the heap, whose 2 MiB-aligned stretches are huge pages, not from a
+///   mapping of its own, which is too small or unaligned for any (a 1 MiB one never has
+///   one). A 1 MiB NetPIPE message cost the engine 75-80 µs in each of `process_vm_readv`
+///   and `process_vm_writev` on 4 KiB pages and 27-36 µs on the heap's huge pages: the
+///   "fixed cost" of about 100 µs per large message (issue 15). Freed memory stays in the
+///   heap up to the trim threshold, as with the memory hooks of MPI libraries that keep
+///   buffers registered.
 pub fn huge_malloc_tunables(current: Option<&str>) -> Option<String> {
-    const HUGE: &str = "glibc.malloc.hugetlb=1";
-    match current {
-        None | Some("") => Some(HUGE.to_string()),
-        Some(t) if t.contains("glibc.malloc.hugetlb") => None,
-        Some(t) => Some(format!("{t}:{HUGE}")),
+    const WANTED: [(&str, &str); 3] = [
+        ("glibc.malloc.hugetlb", "1"),
+        ("glibc.malloc.mmap_threshold", "33554432"),
+        ("glibc.malloc.trim_threshold", "67108864"),
+    ];
+    let current = current.unwrap_or("");
+    let set: Vec<&str> = current
+        .split(':')
+        .filter_map(|kv| kv.split('=').next())
+        .collect();
+    let add: Vec<String> = WANTED
+        .iter()
+        .filter(|(k, _)| !set.contains(k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if add.is_empty() {
+        return None;
     }
+    let mut all: Vec<String> = current
+        .split(':')
+        .filter(|kv| !kv.is_empty())
+        .map(str::to_string)
+        .collect();
+    all.extend(add);
+    Some(all.join(":"))
 }
 
 /// Exit code for a child's status: its code, or 128 + the signal that ended it.
@@ -515,17 +544,40 @@ mod tests {
 
     #[test]
     fn ranks_ask_malloc_for_huge_pages_unless_they_chose() {
+        const ALL: &str = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:\
+                           glibc.malloc.trim_threshold=67108864";
         let t = huge_malloc_tunables;
-        assert_eq!(t(None).as_deref(), Some("glibc.malloc.hugetlb=1"));
-        assert_eq!(t(Some("")).as_deref(), Some("glibc.malloc.hugetlb=1"));
+        assert_eq!(t(None).as_deref(), Some(ALL));
+        assert_eq!(t(Some("")).as_deref(), Some(ALL));
         assert_eq!(
-            t(Some("glibc.malloc.arena_max=2")).as_deref(),
-            Some("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1")
+            t(Some("glibc.malloc.arena_max=2")),
+            Some(format!("glibc.malloc.arena_max=2:{ALL}"))
         );
-        assert_eq!(t(Some("glibc.malloc.hugetlb=0")), None);
         assert_eq!(
-            t(Some("glibc.malloc.hugetlb=2:glibc.malloc.arena_max=1")),
-            None
+            t(Some("glibc.malloc.hugetlb=0")).as_deref(),
+            Some(
+                "glibc.malloc.hugetlb=0:glibc.malloc.mmap_threshold=33554432:\
+                 glibc.malloc.trim_threshold=67108864"
+            ),
+            "the rank's own choice stays, the rest is added"
+        );
+        assert_eq!(
+            t(Some(
+                "glibc.malloc.mmap_threshold=131072:glibc.malloc.hugetlb=2"
+            ))
+            .as_deref(),
+            Some(
+                "glibc.malloc.mmap_threshold=131072:glibc.malloc.hugetlb=2:\
+                 glibc.malloc.trim_threshold=67108864"
+            )
+        );
+        assert_eq!(t(Some(ALL)), None, "all chosen: nothing to change");
+        assert_eq!(
+            t(Some("glibc.malloc.hugetlb_x=1"))
+                .as_deref()
+                .map(|s| s.contains(":glibc.malloc.hugetlb=1")),
+            Some(true),
+            "another tunable whose name starts the same is not hugetlb"
         );
     }
 
