@@ -122,7 +122,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 // of the peer's changed here): at its time (`ack_timers`).
                 if stream.ack_now {
                     self.mark_active(p);
-                } else {
+                } else if !stream.ack_queued {
                     self.delay_ack(p);
                 }
             }

@@ -21,8 +21,12 @@ pub(super) struct PeerIndex {
 /// numbered in the last two bytes fell into 32 of 2,048: probes of ~30 slots).
 #[inline]
 fn bucket(mac: MacAddr, mask: usize) -> usize {
-    let m = &mac.0;
-    let v = u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]);
+    bucket_of_word(mac.word(), mask)
+}
+
+/// [`bucket`] of the address whose [`MacAddr::word`] is `v`.
+#[inline]
+fn bucket_of_word(v: u64, mask: usize) -> usize {
     // `mask` is 2^k - 1 with k >= 4 (at least 16 buckets): the top k bits.
     let k = usize::BITS - mask.leading_zeros();
     (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - k)) as usize & mask
@@ -49,24 +53,24 @@ impl PeerIndex {
         }
     }
 
-    /// The slot the lookup of `mac` would look at first (it is that peer's unless an earlier
-    /// address took its bucket; not checked: the peer is not read), for reading ahead.
+    /// For reading ahead: asks the processor for the bucket the lookup of the address whose
+    /// [`MacAddr::word`] is `w` starts at (see `tigon_shm::mem::prefetch`), and returns that
+    /// bucket for [`PeerIndex::slot_in`] (`None`: the index is empty).
     #[inline]
-    pub(super) fn first(&self, mac: MacAddr) -> Option<usize> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        let s = self.buckets[bucket(mac, self.buckets.len() - 1)];
-        (s != EMPTY).then_some(s as usize)
+    pub(super) fn prefetch_word(&self, w: u64) -> Option<u32> {
+        let mask = self.buckets.len().checked_sub(1)?;
+        let b = bucket_of_word(w, mask);
+        tigon_shm::mem::prefetch(&self.buckets[b]);
+        Some(b as u32)
     }
 
-    /// Asks the processor for the bucket the lookup of `mac` starts at (see
-    /// `tigon_shm::mem::prefetch`).
+    /// The slot in bucket `b`, if any: the slot a lookup starting there looks at first (that
+    /// address's peer unless an earlier one took the bucket; not checked, the peer is not
+    /// read), for reading ahead.
     #[inline]
-    pub(super) fn prefetch(&self, mac: MacAddr) {
-        if !self.buckets.is_empty() {
-            tigon_shm::mem::prefetch(&self.buckets[bucket(mac, self.buckets.len() - 1)]);
-        }
+    pub(super) fn slot_in(&self, b: u32) -> Option<usize> {
+        let s = *self.buckets.get(b as usize)?;
+        (s != EMPTY).then_some(s as usize)
     }
 
     /// Records `slot` as the peer with address `mac` (not in the index yet).
@@ -201,5 +205,31 @@ mod tests {
         }
         assert!(!ix.remove(macs[0], |s| macs[s]));
         assert_eq!(ix.get(mac(n + 5), |s| macs[s]), None);
+    }
+
+    /// The read-ahead's bucket is the one a lookup starts at: for a peer that owns its bucket,
+    /// its slot; an empty index has none.
+    #[test]
+    fn the_read_ahead_names_the_slot_a_lookup_looks_at_first() {
+        assert_eq!(PeerIndex::default().prefetch_word(mac(1).word()), None);
+        let n = 5_000;
+        let macs: Vec<MacAddr> = (0..n).map(mac).collect();
+        let mut ix = PeerIndex::default();
+        for (i, &m) in macs.iter().enumerate() {
+            ix.insert(m, i, |s| macs[s]);
+        }
+        let mask = ix.buckets.len() - 1;
+        let mut owners = 0;
+        for (i, &m) in macs.iter().enumerate() {
+            let b = ix.prefetch_word(m.word()).expect("a bucket");
+            assert_eq!(b as usize, bucket(m, mask));
+            let first = ix.slot_in(b).expect("an entry where its probe starts");
+            if first == i {
+                owners += 1;
+            }
+        }
+        // Half full: most peers own the bucket their probe starts at.
+        assert!(owners > n / 2, "{owners} of {n}");
+        assert_eq!(ix.slot_in(u32::MAX), None);
     }
 }

@@ -14,6 +14,9 @@ use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
 /// it, their state (~256 B each) stays in the processor's caches.
 const WARM_PEERS: usize = 4096;
 
+/// Frames whose buckets one pass of `warm` keeps (a receive burst is 32 by default).
+const WARM_CHUNK: usize = 64;
+
 /// What one receive burst did.
 pub(super) struct RxBurst {
     pub(super) frames: usize,
@@ -47,27 +50,32 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// handled from the cache. Nothing is decided here (the peer is the bucket's first, not
     /// checked): a frame's peer is looked up when it is handled. A small peer table is in the
     /// cache anyway and skips this.
+    /// Each frame's bucket is worked out once, in the first pass, and kept for the second.
     fn warm(&self, rx: &[L::Frame]) {
         if self.peers.len() < WARM_PEERS {
             return;
         }
-        for f in rx {
-            if let Some(mac) = src_mac(f.as_ref()) {
-                self.peer_index.prefetch(mac);
+        for frames in rx.chunks(WARM_CHUNK) {
+            let mut at = [u32::MAX; WARM_CHUNK];
+            for (b, f) in at.iter_mut().zip(frames) {
+                if let Some(w) = src_word(f.as_ref())
+                    && let Some(bucket) = self.peer_index.prefetch_word(w)
+                {
+                    *b = bucket;
+                }
             }
-        }
-        let mut last = None;
-        for f in rx {
-            let mac = src_mac(f.as_ref());
-            if mac == last {
-                continue;
-            }
-            last = mac;
-            if let Some(mac) = mac
-                && let Some(p) = self.peer_index.first(mac)
-                && let Some(peer) = self.peers.get(p)
-            {
-                tigon_shm::mem::prefetch(peer);
+            // Runs of frames from one node read their peer once.
+            let mut last = u32::MAX;
+            for &b in &at[..frames.len()] {
+                if b == last {
+                    continue;
+                }
+                last = b;
+                if let Some(p) = self.peer_index.slot_in(b)
+                    && let Some(peer) = self.peers.get(p)
+                {
+                    tigon_shm::mem::prefetch(peer);
+                }
             }
         }
     }
@@ -305,9 +313,24 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 }
 
-/// The source address of a frame (any frame: the Ethernet header's), if it is long enough.
+/// The source address of a frame (any frame: the Ethernet header's) as [`MacAddr::word`], if
+/// the frame is long enough: one load of bytes 4..12, the destination's last two shifted out.
 #[inline]
-fn src_mac(f: &[u8]) -> Option<MacAddr> {
-    let s = f.get(6..12)?;
-    Some(MacAddr([s[0], s[1], s[2], s[3], s[4], s[5]]))
+fn src_word(f: &[u8]) -> Option<u64> {
+    let b: &[u8; 8] = f.get(4..12)?.try_into().ok()?;
+    Some(u64::from_le_bytes(*b) >> 16)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The read-ahead's source address is the frame's bytes 6..12 as one integer, what
+    /// `MacAddr::word` makes of them; a frame too short to hold it has none.
+    #[test]
+    fn src_word_is_the_source_address_word() {
+        let src = crate::wire::MacAddr([0x02, 0xa1, 0x00, 0x7f, 0xfe, 0x81]);
+        let mut f = vec![0xffu8; 60];
+        f[6..12].copy_from_slice(&src.0);
+        assert_eq!(super::src_word(&f), Some(src.word()));
+        assert_eq!(super::src_word(&f[..11]), None);
+    }
 }
