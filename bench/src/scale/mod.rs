@@ -42,6 +42,9 @@ pub struct Row {
     /// Frames engine A sent per message received in the uniform phase (its acks: one per
     /// message once every peer gets less than a message per ack delay).
     pub a_frames_per_msg: f64,
+    /// The same in the bursty phase (the hot nodes' acks coalesce; each message from the
+    /// others costs one).
+    pub a_frames_per_msg_hot: f64,
     /// Engine memory per idle peer: engine A's own accounting of its peers (each peer's
     /// state and queue buffers by capacity, and its peer-table entry) over N.
     pub idle_peer_bytes: f64,
@@ -224,6 +227,7 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
     let loop_msgs_per_s = messages as f64 / wall;
     let a_frames_per_msg = (p.a.stats.tx_frames - a_sent) as f64 / messages as f64;
     let hot = HOT.min(n);
+    let a_sent = p.a.stats.tx_frames;
     let (_, secs_hot) = p.traffic(messages, || {
         if rng.below(10) < 9 {
             rng.below(hot)
@@ -231,6 +235,7 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
             rng.below(n)
         }
     })?;
+    let a_frames_per_msg_hot = (p.a.stats.tx_frames - a_sent) as f64 / messages as f64;
     let active_peer_bytes = per_peer(&p.a);
 
     // One message at a time, from a random endpoint, through both loops.
@@ -249,6 +254,7 @@ pub fn run_case(n: usize, messages: usize) -> Result<Row, String> {
         msgs_per_s_hot: messages as f64 / secs_hot,
         loop_msgs_per_s,
         a_frames_per_msg,
+        a_frames_per_msg_hot,
         idle_peer_bytes,
         active_peer_bytes,
         rss_per_peer_bytes,
@@ -298,6 +304,7 @@ pub fn render(r: &Report) -> String {
                 report::si(x.msgs_per_s_hot),
                 report::si(x.loop_msgs_per_s),
                 format!("{:.2}", x.a_frames_per_msg),
+                format!("{:.2}", x.a_frames_per_msg_hot),
                 format!("{:.0}", x.idle_peer_bytes),
                 format!("{:.0}", x.active_peer_bytes),
                 format!("{:.0}", x.rss_per_peer_bytes),
@@ -316,6 +323,7 @@ pub fn render(r: &Report) -> String {
             "msgs/s hot",
             "loop msgs/s",
             "A frames/msg",
+            "hot",
             "B/idle peer",
             "B/active peer",
             "RSS B/peer",
@@ -330,8 +338,8 @@ pub fn render(r: &Report) -> String {
         "\n\nB/idle peer, B/active peer: engine A's accounting of its peers (state, queue buffers,\n\
          peer table) per peer. RSS B/peer: what the process grew per peer (engine A, the simulated\n\
          nodes' {} B each, freed heap included). A frames/msg: frames engine A sent per message\n\
-         received (its acks), uniform phase. msgs/s: over engine A's time; loop msgs/s: over the\n\
-         whole loop's, the simulated nodes' work included.\n\
+         received (its acks), uniform phase; hot: the same, bursty phase. msgs/s: over engine A's\n\
+         time; loop msgs/s: over the whole loop's, the simulated nodes' work included.\n\
          msgs/s at the most peers / at the fewest: {:.2} (target >= 0.90)\nreproduce: {}",
         nodes::Nodes::bytes_per_node(),
         r.rate_ratio,
@@ -381,7 +389,9 @@ mod tests {
         for row in &r.rows {
             assert_eq!(row.retransmits, 0, "{row:?}");
             assert!(
-                row.msgs_per_s > 0.0 && row.a_frames_per_msg > 0.0,
+                row.msgs_per_s > 0.0
+                    && row.a_frames_per_msg > 0.0
+                    && row.a_frames_per_msg_hot > 0.0,
                 "{row:?}"
             );
         }
