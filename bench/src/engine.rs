@@ -16,6 +16,8 @@ pub struct Row {
     pub class: String,
     pub size: usize,
     pub mtu: usize,
+    /// Messages kept in flight.
+    pub depth: usize,
     pub messages: u64,
     pub seconds: f64,
     pub msgs_per_s: f64,
@@ -195,6 +197,7 @@ pub fn run_case(class: &str, size: usize, count: u64, mtu: usize, depth: usize) 
         class: class.into(),
         size,
         mtu,
+        depth,
         messages: count,
         seconds: secs,
         msgs_per_s: count as f64 / secs,
@@ -217,12 +220,17 @@ pub fn run(mtu: usize, scale: f64) -> Report {
         ("small", 8usize, n(2_000_000.0), 256usize),
         ("small", 64, n(2_000_000.0), 256),
         ("medium", 16 * 1024, n(100_000.0), 64),
-        // Two rendezvous messages in flight keep the pipe full (one pulled while the next
-        // one's RTS waits); more only multiply the buffers both sides stream through
-        // (depth x size each: 8 x 1 MiB and 4 x 4 MiB ran at 50-90 % of the 2-deep rate,
-        // out of L3/DRAM, while the 16 KiB rows' 1 MiB stays in L2).
+        // Rendezvous rows keep just enough messages in flight to keep the pipe full; more
+        // only multiply the buffers both sides stream through, and the row measures the
+        // memory instead of the engine. 1 MiB: two (one pulled while the next one's RTS
+        // waits; a message is about one pull budget, so one alone leaves a gap at each end:
+        // 93-97 against 102-108 Gbit/s). 4 MiB: one, about three pull budgets long already;
+        // a second doubles each end's working set to 2 x (4 MiB sent + 4 MiB received),
+        // which leaves this VM's L3 (42-96 against 98-103 Gbit/s two-deep, session 10; 8 x
+        // 1 MiB and 4 x 4 MiB ran at 50-90 % of the 2-deep rate), while the 16 KiB rows'
+        // buffers stay in L2.
         ("large", 1 << 20, n(2_000.0), 2),
-        ("large", 4 << 20, n(500.0), 2),
+        ("large", 4 << 20, n(500.0), 1),
     ];
     let mut rows = Vec::new();
     for (class, size, count, depth) in cases {
@@ -294,6 +302,7 @@ pub fn render(r: &Report) -> String {
             vec![
                 x.class.clone(),
                 x.size.to_string(),
+                x.depth.to_string(),
                 x.messages.to_string(),
                 report::si(x.msgs_per_s),
                 report::si(x.frames_per_s),
@@ -311,6 +320,7 @@ pub fn render(r: &Report) -> String {
         &[
             "class",
             "bytes",
+            "depth",
             "messages",
             "msgs/s",
             "frames/s",
