@@ -245,7 +245,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             ..
         } = self;
         let peer = peers.get_mut(p)?;
-        let (conn, stream) = (&peer.conn, &mut peer.stream);
+        let (conn, stream) = (&peer.conn, &peer.stream);
         if conn.state != PeerState::Connected
             || conn.connect_ack_owed
             || stream.probe
@@ -257,17 +257,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         {
             return None;
         }
-        let Some(mut buf) = link.alloc_tx(wire::MIN_FRAME) else {
+        let Some(buf) = short_ack_frame(link, peer, *mac, flags) else {
             stats.tx_no_buffers += 1;
             return Some(0);
         };
-        let tag = wire::session_tag(conn.local, conn.remote);
-        let (ack, credit) = (stream.rcv_next, peer.credit.released);
-        if !wire::write_short_ack(buf.as_mut(), peer.mac, *mac, flags, tag, ack, credit) {
-            // A link buffer shorter than it was asked for: as if it had none.
-            stats.tx_no_buffers += 1;
-            return Some(0);
-        }
+        let stream = &mut peer.stream;
         // Headers as for every frame, the padding to the minimum not counted.
         stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         stats.acks_sent += 1;
@@ -331,19 +325,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return false;
         }
         debug_assert!(s.reorder.is_empty() && s.resend.is_empty() && !s.has_new());
-        let Some(mut buf) = link.alloc_tx(wire::MIN_FRAME) else {
+        let Some(buf) = short_ack_frame(link, peer, *mac, flags) else {
             return false;
         };
-        let (conn, stream) = (&peer.conn, &mut peer.stream);
-        let tag = wire::session_tag(conn.local, conn.remote);
-        let (ack, credit) = (stream.rcv_next, peer.credit.released);
-        if !wire::write_short_ack(buf.as_mut(), peer.mac, *mac, flags, tag, ack, credit) {
-            return false;
-        }
         stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         stats.acks_sent += 1;
         tx.push(buf);
-        stream.acked();
+        peer.stream.acked();
         peer.in_active = false;
         true
     }
@@ -704,6 +692,22 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.tx.push(buf);
         true
     }
+}
+
+/// `peer`'s plain ack (its session tag, cumulative ack and released credit) written whole
+/// into a fresh link buffer ([`wire::write_short_ack`]). `None`: the link has no buffer, or
+/// gave one shorter than asked for.
+#[inline]
+fn short_ack_frame<L: Link>(
+    link: &mut L,
+    peer: &super::peer::Peer<L::Frame>,
+    mac: MacAddr,
+    flags: u8,
+) -> Option<L::TxBuf> {
+    let mut buf = link.alloc_tx(wire::MIN_FRAME)?;
+    let tag = wire::session_tag(peer.conn.local, peer.conn.remote);
+    let (ack, credit) = (peer.stream.rcv_next, peer.credit.released);
+    wire::write_short_ack(buf.as_mut(), peer.mac, mac, flags, tag, ack, credit).then_some(buf)
 }
 
 /// Whether a standalone ack goes to a peer now, probes aside: one is due (`ack_every` frames
