@@ -120,12 +120,13 @@ pub(crate) fn add_procs_in<T: Procs>(t: &T, procs: &[T::P]) -> c_int {
             Ok(addr) => t.set_slot(p, pack(addr)),
             Err(why) => {
                 let name = t.name(p);
-                report::show_help(
-                    "no endpoint",
-                    &format!("mtl:tigon: no tigon address for process {name}: {why}"),
-                    &name,
-                    &why,
-                );
+                let line = format!("mtl:tigon: no tigon address for process {name}: {why}");
+                report::show_help("no endpoint", &line, &name, &why);
+                // MPI_Init fails right after this, and ORTE's show_help forwarding can lose a
+                // message when several ranks fail at once (mpirun then prints "Data unpack had
+                // inadequate space in show_help.c" and nothing of ours): the one line on the
+                // rank's own stderr always reaches the user.
+                report::always(&line);
                 return ffi::OMPI_ERR_UNREACH;
             }
         }

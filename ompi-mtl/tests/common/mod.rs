@@ -40,7 +40,16 @@ fn copy_atomic(from: &Path, to: &Path) {
 pub fn component_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let so = profile_dir().join("libmca_mtl_tigon.so");
+        // `cargo build` leaves the component at target/<profile>/, but building the tests
+        // (cargo test / nextest alone) refreshes only deps/: take the newer, never a stale one.
+        let top = profile_dir().join("libmca_mtl_tigon.so");
+        let deps = profile_dir().join("deps/libmca_mtl_tigon.so");
+        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let so = match (mtime(&top), mtime(&deps)) {
+            (Some(t), Some(d)) if d > t => deps,
+            (None, Some(_)) => deps,
+            _ => top,
+        };
         assert!(
             so.exists(),
             "{} missing: build the crate (cargo build -p tigon-ompi-mtl)",
