@@ -228,11 +228,12 @@ fn full_unexpected_store_throttles_the_sender_and_loses_nothing() {
 /// A well-formed frame header aimed at node 1's endpoint 0, for the fuzzers to mutate.
 fn header_frame(kind: u8, fields: [u32; 8], len: u16, payload: &[u8]) -> Vec<u8> {
     let kind = Kind::from_u8(kind % 16).or(Some(Kind::Eager));
-    // The compact header of a small message has a one-byte length and flags.
-    let (small, max) = if kind == Some(Kind::Small) {
-        (true, wire::COMPACT_MAX_PAYLOAD as u32)
-    } else {
-        (false, u32::MAX)
+    // The compact header of a small message has a one-byte length and flags, the pull
+    // header one-byte flags and a 16-bit length.
+    let (small, max) = match kind {
+        Some(Kind::Small) => (true, wire::COMPACT_MAX_PAYLOAD as u32),
+        Some(Kind::PullData) => (true, wire::PULL_MAX_PAYLOAD as u32),
+        _ => (false, u32::MAX),
     };
     let r = Repr {
         dst_mac: common::mac(1),

@@ -23,6 +23,7 @@ mod index;
 mod lazy;
 mod peer;
 mod proto;
+mod pulled;
 mod request;
 mod rx;
 mod stream;

@@ -11,7 +11,7 @@ use super::lazy::Lazy;
 use super::stream::Stream;
 use super::types::ReqId;
 use crate::fasthash::FastMap as HashMap;
-use crate::wire::{Kind, MacAddr};
+use crate::wire::{self, Kind, MacAddr};
 use std::collections::VecDeque;
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -45,6 +45,16 @@ pub(super) struct Conn {
     /// When the peer was last heard from; while connecting, when the connect began (its
     /// deadline runs from there).
     pub(super) last_rx: u64,
+}
+
+impl Conn {
+    /// Payload bytes per frame of pulled data to this peer: its header
+    /// ([`wire::PULL_OVERHEAD`]) is shorter than the full one that `frag` is cut for.
+    #[inline]
+    pub(super) fn pull_frag(&self) -> u32 {
+        (self.frag as usize + wire::OVERHEAD - wire::PULL_OVERHEAD).min(wire::PULL_MAX_PAYLOAD)
+            as u32
+    }
 }
 
 /// Credit an eager message costs beyond its bytes: the store's per-message overhead.

@@ -84,8 +84,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// business (proto/): the session is the node's.
     fn on_frame(&mut self, f: L::Frame, now: u64) {
         // A small message has a path of its own (fast.rs).
-        if Frame::new_unchecked(f.as_ref()).is_small() {
+        let v = Frame::new_unchecked(f.as_ref());
+        if v.is_small() {
             return self.on_small(f, now);
+        }
+        // So does a fragment of pulled data (pulled.rs).
+        if v.is_pull() {
+            return self.on_pull_frame(f, now);
         }
         // The header is used where it was parsed (a reference into the result), not moved
         // out of it: it is 88 bytes, and this runs for every frame.

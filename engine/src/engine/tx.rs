@@ -21,13 +21,13 @@ pub const TX_IN_PLACE_MIN: usize = 64;
 /// send buffer: one call per 9 KB frame moved under 4 GB/s here, per 8 frames over 10).
 pub(super) struct PendingRead {
     /// Index of the frame in `Engine::tx`.
-    frame: usize,
+    pub(super) frame: usize,
     /// The payload's place in the frame.
-    at: usize,
-    len: usize,
-    src: BufRef,
-    off: u64,
-    req: ReqId,
+    pub(super) at: usize,
+    pub(super) len: usize,
+    pub(super) src: BufRef,
+    pub(super) off: u64,
+    pub(super) req: ReqId,
 }
 
 /// The frame source for one peer's stream: builds its descriptors into the burst, under
@@ -49,6 +49,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> FrameSource for Burst<'_, L, C> {
         // `emit_desc`): that case has a function of its own, with a smaller frame.
         if d.kind == Kind::Small && d.retries == 0 {
             return self.engine.emit_small(self.link, &self.header, d);
+        }
+        // Pulled data has a header of its own (pulled.rs).
+        if d.kind == Kind::PullData {
+            return self.engine.emit_pull(self.link, &self.header, d);
         }
         self.engine.emit_desc(self.link, &self.header, d)
     }
@@ -625,7 +629,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// to the port before anything sent after it, so before the peer can acknowledge it and
     /// its send complete (which gives the buffer back to its rank). Resends are copied.
     #[inline]
-    fn in_place(
+    pub(super) fn in_place(
         &mut self,
         link: &mut L,
         dst: MacAddr,
@@ -666,7 +670,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// The flag that makes a frame's checksum cover its payload, if this link needs it.
-    fn ck_flag(&self) -> u16 {
+    pub(super) fn ck_flag(&self) -> u16 {
         if self.payload_ck {
             wire::FLAG_PAYLOAD_CK
         } else {

@@ -1,6 +1,6 @@
 //! The frame checksum: headers always, payloads where the link has no frame check.
 
-use super::{COMPACT_OVERHEAD, OVERHEAD, field};
+use super::{COMPACT_OVERHEAD, OVERHEAD, PULL_OVERHEAD, field};
 
 /// Checksum of a frame but for its 4-byte checksum field at `ck`.
 ///
@@ -23,10 +23,21 @@ pub fn checksum(frame: &[u8], ck: usize) -> u32 {
     if ck == field::small::CHECKSUM.start && frame.len() == COMPACT_OVERHEAD {
         return short_checksum(&frame[..COMPACT_OVERHEAD], field::small::CHECKSUM.start);
     }
+    if ck == field::pull::CHECKSUM.start && frame.len() == PULL_OVERHEAD {
+        return short_checksum(&frame[..PULL_OVERHEAD], field::pull::CHECKSUM.start);
+    }
     if frame.len() <= SHORT {
         return short_checksum(frame, ck);
     }
     checksum_of(frame, ck)
+}
+
+/// [`checksum`] of the headers of a [`Kind::PullData`](super::Kind::PullData) frame whose
+/// payload it does not cover: every length known at compile time (the rendezvous paths'
+/// common case, on both sides).
+#[inline(always)]
+pub fn pull_header_checksum(head: &[u8; PULL_OVERHEAD]) -> u32 {
+    short_checksum(head, field::pull::CHECKSUM.start)
 }
 
 /// [`checksum`] of a [`Kind::Small`](super::Kind::Small) frame (its checksum field where the compact header

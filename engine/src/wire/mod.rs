@@ -1,22 +1,29 @@
 //! Frame formats: checked views over byte slices plus `Repr`s that parse and emit them.
 //!
 //! A tigon frame is an Ethernet II frame with EtherType [`ETHERTYPE`] whose payload starts with
-//! a tigon header followed by the message payload: the full 80-byte header, or for a small
-//! eager message in one frame ([`Kind::Small`]) a 40-byte compact one. Every version of the
-//! format starts with the version byte and the kind byte, so a frame of another version is
-//! recognised as such. The full header's integers are big-endian, the compact header's
-//! little-endian (see `small.rs`). Parsing is total: any byte slice yields either a value or
-//! an [`Error`], never a panic.
+//! a tigon header followed by the message payload: the full 80-byte header; for a small
+//! eager message in one frame ([`Kind::Small`]) and the short ack a 40-byte compact one; for
+//! a fragment of pulled rendezvous data ([`Kind::PullData`]) a 42-byte one of its own. Every
+//! version of the format starts with the version byte and the kind byte, so a frame of
+//! another version is recognised as such. The full header's integers are big-endian, the
+//! compact and pull headers' little-endian (see `small.rs`, `pull.rs`). Parsing is total:
+//! any byte slice yields either a value or an [`Error`], never a panic.
 
 use core::fmt;
 
 mod checksum;
+mod form;
+mod mac;
 mod payload;
+mod pull;
 mod small;
-pub use checksum::{checksum, small_checksum, small_header_checksum};
+pub use checksum::{checksum, pull_header_checksum, small_checksum, small_header_checksum};
+use form::Form;
+pub use mac::MacAddr;
 pub use payload::{
     ACK_PAYLOAD_LEN, AckRepr, CONNECT_PAYLOAD_LEN, ConnectRepr, SACK_BITS, SACK_WORDS,
 };
+pub use pull::{PullHeader, fill_pull_checksum};
 pub use small::{SmallHeader, fill_small_checksum, short_ack, write_short_ack};
 
 /// IEEE 802 "Local Experimental EtherType 1": free for protocols that never leave the fabric.
@@ -29,8 +36,9 @@ pub const ETHERTYPE: u16 = 0x88b5;
 /// destination connection id still 0), paid for by [`FIRST_CREDIT`]. Version 5: the compact
 /// header's integers are little-endian, and the checksum of frames up to 128 bytes is a
 /// rotate-add chain instead of a multiply per word (the small-message and ack paths'
-/// cost).
-pub const VERSION: u8 = 5;
+/// cost). Version 6: [`Kind::PullData`] under a 42-byte little-endian header of its own
+/// (`pull.rs`; the rendezvous receiver's per-frame cost, and 38 more payload bytes a frame).
+pub const VERSION: u8 = 6;
 
 /// Eager credit every connection starts with, known to both sides before the handshake
 /// completes: a node's grant is never less, so the first small message to a node goes right
@@ -50,6 +58,12 @@ pub const COMPACT_LEN: usize = 40;
 pub const COMPACT_OVERHEAD: usize = ETH_HEADER_LEN + COMPACT_LEN;
 /// Longest payload a [`Kind::Small`] frame carries (its length field is one byte).
 pub const COMPACT_MAX_PAYLOAD: usize = 255;
+/// Length of the header of [`Kind::PullData`] frames.
+pub const PULL_LEN: usize = 42;
+/// Bytes in front of the payload of a [`Kind::PullData`] frame.
+pub const PULL_OVERHEAD: usize = ETH_HEADER_LEN + PULL_LEN;
+/// Longest payload a [`Kind::PullData`] frame carries (its length field is 16 bits).
+pub const PULL_MAX_PAYLOAD: usize = u16::MAX as usize;
 /// Shortest frame a NIC sends (without FCS); shorter frames are padded.
 pub const MIN_FRAME: usize = 60;
 
@@ -86,63 +100,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// A 48-bit Ethernet address.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl MacAddr {
-    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
-
-    /// The address as one integer (little-endian, the top two bytes zero): equal exactly
-    /// when the addresses are, and compared in one instruction where one side is kept so.
-    #[inline(always)]
-    pub fn word(self) -> u64 {
-        let [a, b, c, d, e, f] = self.0;
-        u64::from_le_bytes([a, b, c, d, e, f, 0, 0])
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
-    }
-}
-
-impl fmt::Debug for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl core::str::FromStr for MacAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let mut out = [0u8; 6];
-        let mut parts = s.split([':', '-']);
-        for b in out.iter_mut() {
-            let p = parts
-                .next()
-                .ok_or_else(|| format!("MAC address `{s}`: too few octets"))?;
-            if p.len() != 2 {
-                return Err(format!(
-                    "MAC address `{s}`: octet `{p}` is not two hex digits"
-                ));
-            }
-            *b = u8::from_str_radix(p, 16)
-                .map_err(|_| format!("MAC address `{s}`: bad octet `{p}`"))?;
-        }
-        if parts.next().is_some() {
-            return Err(format!("MAC address `{s}`: too many octets"));
-        }
-        Ok(MacAddr(out))
-    }
-}
-
 /// Frame types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -157,7 +114,9 @@ pub enum Kind {
     Rts = 4,
     /// Receiver asks the sender for the block `[offset, offset + total)` of message `msg_id`.
     Pull = 5,
-    /// One fragment of a pulled block.
+    /// One fragment of a pulled block, under a header of its own (`pull.rs`, [`PullHeader`]):
+    /// both sessions, sequence, ack, credit, message id, length and offset; no endpoints,
+    /// match bits or fragment fields (the receiver finds the pull by its message id).
     PullData = 6,
     /// The receiver matched the synchronous eager message `msg_id`.
     Matched = 7,
@@ -290,6 +249,24 @@ mod field {
         pub const SRC_RANK: Range<usize> = H + 24..H + 28;
         pub const MATCH_BITS: Range<usize> = H + 28..H + 36;
         pub const CHECKSUM: Range<usize> = H + 36..H + 40;
+    }
+    /// The header of `Kind::PullData` (version and kind as above).
+    pub mod pull {
+        use core::ops::Range;
+        const H: usize = crate::wire::ETH_HEADER_LEN;
+        pub const FLAGS: usize = H + 2;
+        pub const RESERVED: usize = H + 3;
+        pub const SRC_SESSION: Range<usize> = H + 4..H + 8;
+        pub const DST_SESSION: Range<usize> = H + 8..H + 12;
+        pub const SEQ: Range<usize> = H + 12..H + 16;
+        pub const ACK: Range<usize> = H + 16..H + 20;
+        pub const CREDIT: Range<usize> = H + 20..H + 24;
+        pub const MSG_ID: Range<usize> = H + 24..H + 28;
+        pub const OFFSET: Range<usize> = H + 28..H + 36;
+        pub const LENGTH: Range<usize> = H + 36..H + 38;
+        /// Last, behind 52 bytes hashed (6 words and 4 bytes: see `checksum.rs`,
+        /// `short_checksum`, for why the last word's length matters).
+        pub const CHECKSUM: Range<usize> = H + 38..H + 42;
     }
 }
 
@@ -436,21 +413,28 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if Kind::from_u8(b[field::KIND]).is_none() {
             return Err(Error::Type);
         }
-        let head = self.payload_offset();
+        // The header's form, found once for every field below.
+        let form = Form::of(b);
+        let head = form.head();
         if b.len() < head {
             return Err(Error::Truncated);
         }
-        let len = self.payload_len();
+        let len = form.payload_len(b);
         if b.len() - head < len {
             return Err(Error::Truncated);
         }
-        let ck = self.checksum_field();
-        let stored = if self.is_compact() {
+        let ck = form.checksum_field();
+        let stored = if form.little_endian() {
             le32(b, ck.clone())
         } else {
             be32(b, ck.clone())
         };
-        if checksum(&b[..self.covered(len)], ck.start) != stored {
+        let covered = if form.flags(b) & FLAG_PAYLOAD_CK != 0 {
+            head + len
+        } else {
+            head
+        };
+        if checksum(&b[..covered], ck.start) != stored {
             return Err(Error::Checksum);
         }
         Ok(())
@@ -465,58 +449,27 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// Whether this frame has the compact header ([`Kind::Small`], [`Kind::ShortAck`]).
     #[inline]
     pub fn is_compact(&self) -> bool {
-        let k = self.buf.as_ref().get(field::KIND).copied();
-        k == Some(Kind::Small as u8) || k == Some(Kind::ShortAck as u8)
+        Form::of(self.buf.as_ref()) == Form::Compact
     }
 
-    /// Where the payload starts: after the Ethernet and the full or the compact header.
+    /// Whether this is a [`Kind::PullData`] frame (the pull header).
+    #[inline]
+    pub fn is_pull(&self) -> bool {
+        self.buf.as_ref().get(field::KIND) == Some(&(Kind::PullData as u8))
+    }
+
+    /// Where the payload starts: after the Ethernet and the full, compact or pull header.
     #[inline]
     pub fn payload_offset(&self) -> usize {
-        if self.is_compact() {
-            COMPACT_OVERHEAD
-        } else {
-            OVERHEAD
-        }
+        Form::of(self.buf.as_ref()).head()
     }
 
-    /// Payload bytes the header announces.
+    /// Payload bytes the header announces (a frame shorter than its header: panics; see
+    /// [`Frame`]).
     #[inline]
     pub fn payload_len(&self) -> usize {
-        if self.is_compact() {
-            self.buf.as_ref()[field::small::LENGTH] as usize
-        } else {
-            self.length() as usize
-        }
-    }
-
-    #[inline]
-    fn checksum_field(&self) -> core::ops::Range<usize> {
-        if self.is_compact() {
-            field::small::CHECKSUM
-        } else {
-            field::CHECKSUM
-        }
-    }
-
-    /// The header flags (either form).
-    #[inline]
-    fn any_flags(&self) -> u16 {
-        if self.is_compact() {
-            self.buf.as_ref()[field::small::FLAGS] as u16
-        } else {
-            self.flags()
-        }
-    }
-
-    /// Bytes the checksum covers in a frame with `len` payload bytes: the headers, and the
-    /// payload when [`FLAG_PAYLOAD_CK`] says so.
-    #[inline]
-    fn covered(&self, len: usize) -> usize {
-        if self.any_flags() & FLAG_PAYLOAD_CK != 0 {
-            self.payload_offset() + len
-        } else {
-            self.payload_offset()
-        }
+        let b = self.buf.as_ref();
+        Form::of(b).payload_len(b)
     }
 
     pub fn into_inner(self) -> T {
@@ -558,17 +511,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         self.buf.as_mut()[field::KIND] = k as u8;
     }
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buf.as_mut()[OVERHEAD..]
+        let head = self.payload_offset();
+        &mut self.buf.as_mut()[head..]
     }
     /// Computes and stores the checksum over the headers and, with [`FLAG_PAYLOAD_CK`] set,
     /// the `length` payload bytes (as many of them as the buffer holds).
     pub fn fill_checksum(&mut self) {
-        let ck = self.checksum_field();
-        let len = self
-            .covered(self.payload_len())
-            .min(self.buf.as_ref().len());
-        let c = checksum(&self.buf.as_ref()[..len], ck.start);
-        let c = if self.is_compact() {
+        let b = self.buf.as_ref();
+        let form = Form::of(b);
+        let ck = form.checksum_field();
+        let head = form.head();
+        let covered = if form.flags(b) & FLAG_PAYLOAD_CK != 0 {
+            head + form.payload_len(b)
+        } else {
+            head
+        };
+        let c = checksum(&b[..covered.min(b.len())], ck.start);
+        let c = if form.little_endian() {
             c.to_le_bytes()
         } else {
             c.to_be_bytes()
@@ -624,6 +583,13 @@ impl Repr {
                 ..Repr::default()
             });
         }
+        if kind == Kind::PullData {
+            // A checked frame of this kind holds the pull header.
+            let b: &[u8; PULL_OVERHEAD] = f.buf.as_ref().first_chunk().ok_or(Error::Truncated)?;
+            let h = PullHeader::read(b);
+            h.validate()?;
+            return Ok(h.repr());
+        }
         // One length check for the whole header (a checked frame of this kind holds it),
         // none per field: this runs for every frame of a large message.
         let b: &[u8; OVERHEAD] = f
@@ -658,7 +624,7 @@ impl Repr {
             return Err(Error::Malformed);
         }
         match kind {
-            Kind::Eager | Kind::PullData
+            Kind::Eager
                 if r.frag_count == 0
                     || r.frag_index >= r.frag_count
                     || r.offset
@@ -685,20 +651,39 @@ impl Repr {
 
     /// Bytes of headers in front of the payload of this frame.
     pub fn payload_offset(&self) -> usize {
-        if matches!(self.kind, Some(Kind::Small | Kind::ShortAck)) {
-            COMPACT_OVERHEAD
-        } else {
-            OVERHEAD
+        match self.kind {
+            Some(Kind::Small | Kind::ShortAck) => COMPACT_OVERHEAD,
+            Some(Kind::PullData) => PULL_OVERHEAD,
+            _ => OVERHEAD,
         }
     }
 
     /// Writes the headers (not the payload) into `buf` and returns the frame length,
     /// [`Repr::payload_offset`] + `length` padded to [`MIN_FRAME`]. The checksum must be
     /// filled after the payload. A [`Kind::Small`] frame gets the compact header (its
-    /// flags must fit a byte, its length [`COMPACT_MAX_PAYLOAD`]).
+    /// flags must fit a byte, its length [`COMPACT_MAX_PAYLOAD`]), a [`Kind::PullData`]
+    /// frame the pull header (flags in a byte, length up to [`PULL_MAX_PAYLOAD`]; its
+    /// endpoint, match and fragment fields are not carried).
     pub fn emit(&self, buf: &mut [u8]) -> usize {
         if self.kind == Some(Kind::Small) {
             return self.emit_small(buf);
+        }
+        if self.kind == Some(Kind::PullData) {
+            debug_assert!(self.length as usize <= PULL_MAX_PAYLOAD && self.flags <= 0xff);
+            return PullHeader {
+                dst_mac: self.dst_mac,
+                src_mac: self.src_mac,
+                flags: self.flags as u8,
+                src_session: self.src_session,
+                dst_session: self.dst_session,
+                seq: self.seq,
+                ack: self.ack,
+                credit: self.credit,
+                msg_id: self.msg_id,
+                length: self.length as u16,
+                offset: self.offset,
+            }
+            .emit(buf);
         }
         if self.kind == Some(Kind::ShortAck) {
             return short_ack(

@@ -361,3 +361,175 @@ fn a_mac_word_is_equal_exactly_when_the_addresses_are() {
         }
     }
 }
+
+/// A fragment of pulled data (the pull header).
+fn pulled() -> Repr {
+    Repr {
+        kind: Some(Kind::PullData),
+        flags: 0,
+        dst_ep: 0,
+        src_ep: 0,
+        src_rank: 0,
+        match_bits: 0,
+        frag_index: 0,
+        frag_count: 1,
+        msg_id: 0x0102_0304,
+        offset: 0x0000_0123_4567_89a0,
+        length: 5,
+        total: 0x0000_0123_4567_89a0 + 5,
+        ..sample()
+    }
+}
+
+/// A pull frame with `payload` behind its header, its checksum filled.
+fn pull_frame(r: &Repr, payload: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; PULL_OVERHEAD + payload.len().max(64)];
+    let n = r.emit(&mut buf);
+    buf[PULL_OVERHEAD..PULL_OVERHEAD + payload.len()].copy_from_slice(payload);
+    buf.truncate(n);
+    Frame::new_unchecked(&mut buf[..]).fill_checksum();
+    buf
+}
+
+#[test]
+fn pulled_data_header_is_42_bytes_little_endian_and_round_trips() {
+    const { assert!(PULL_LEN == 42 && PULL_OVERHEAD == ETH_HEADER_LEN + 42) };
+    let r = pulled();
+    let buf = pull_frame(&r, b"hello");
+    assert_eq!(buf.len(), MIN_FRAME.max(PULL_OVERHEAD + 5));
+    let f = Frame::new_checked(&buf[..]).unwrap();
+    assert!(f.is_pull() && !f.is_compact() && !f.is_small());
+    assert_eq!(f.payload(), b"hello");
+    assert_eq!(Repr::parse(&f).unwrap(), r);
+    assert_eq!(r.payload_offset(), PULL_OVERHEAD);
+    let h = PullHeader::parse(&buf).unwrap();
+    assert_eq!(h.repr(), r);
+    assert_eq!(buf[field::pull::SRC_SESSION], r.src_session.to_le_bytes());
+    assert_eq!(buf[field::pull::DST_SESSION], r.dst_session.to_le_bytes());
+    assert_eq!(buf[field::pull::SEQ], r.seq.to_le_bytes());
+    assert_eq!(buf[field::pull::MSG_ID], r.msg_id.to_le_bytes());
+    assert_eq!(buf[field::pull::LENGTH], 5u16.to_le_bytes());
+    assert_eq!(buf[field::pull::OFFSET], r.offset.to_le_bytes());
+    let ck = u32::from_le_bytes(buf[field::pull::CHECKSUM].try_into().unwrap());
+    let head: &[u8; PULL_OVERHEAD] = buf.first_chunk().unwrap();
+    assert_eq!(ck, pull_header_checksum(head));
+    assert_eq!(
+        ck,
+        checksum(&buf[..PULL_OVERHEAD], field::pull::CHECKSUM.start)
+    );
+}
+
+#[test]
+fn every_header_bit_flip_and_close_pair_of_a_pull_frame_is_caught() {
+    for ck in [0, FLAG_PAYLOAD_CK] {
+        let r = Repr {
+            flags: ck,
+            ..pulled()
+        };
+        let buf = pull_frame(&r, b"hello");
+        // The payload is covered only with the flag (the link protects it otherwise).
+        let covered = if ck != 0 {
+            PULL_OVERHEAD + 5
+        } else {
+            PULL_OVERHEAD
+        };
+        for bit in 0..buf.len() * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let got = Frame::new_checked(&b[..]).and_then(|f| Repr::parse(&f));
+            if bit / 8 < covered {
+                assert!(got.is_err(), "flags {ck}: bit {bit} flip undetected");
+            } else if bit / 8 < PULL_OVERHEAD + 5 {
+                assert!(got.is_ok(), "flags {ck}: payload bit {bit} flip refused");
+            }
+        }
+    }
+    // Two flips less than 63 bits apart (as for the compact header: the same chain).
+    let buf = pull_frame(&pulled(), b"");
+    let bits = PULL_OVERHEAD * 8;
+    for x in 0..bits {
+        for y in x + 1..bits.min(x + 63) {
+            let mut b = buf.clone();
+            b[x / 8] ^= 1 << (x % 8);
+            b[y / 8] ^= 1 << (y % 8);
+            assert!(
+                Frame::new_checked(&b[..]).is_err(),
+                "bits {x} and {y} flipped undetected"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_pull_frame_read_directly_agrees_with_the_checked_parse() {
+    for ck in [0, FLAG_PAYLOAD_CK] {
+        let r = Repr {
+            flags: ck,
+            ..pulled()
+        };
+        let buf = pull_frame(&r, b"hello");
+        let n = buf.len();
+        // Every fault gives the error the checked parse gives: a flipped bit anywhere, a
+        // cut frame.
+        for bit in 0..n * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let want = Frame::new_checked(&b[..]).and_then(|f| Repr::parse(&f));
+            match PullHeader::parse(&b) {
+                Ok(h) => assert_eq!(Ok(h.repr()), want, "bit {bit}"),
+                Err(e) if b[field::KIND] == Kind::PullData as u8 => {
+                    assert_eq!(Err(e), want.map(|_| ()), "bit {bit}")
+                }
+                Err(e) => assert_eq!(e, Error::Type, "bit {bit}"),
+            }
+        }
+        for cut in 0..n {
+            assert_eq!(
+                PullHeader::parse(&buf[..cut]).map(|h| h.repr()),
+                Frame::new_checked(&buf[..cut]).and_then(|f| Repr::parse(&f)),
+                "cut at {cut}"
+            );
+        }
+    }
+    let mut full_frame = vec![0u8; 128];
+    sample().emit(&mut full_frame);
+    assert_eq!(PullHeader::parse(&full_frame), Err(Error::Type));
+    // The sender's fill of the checksum is the general one, payload covered or not.
+    for len in [0u32, 1, 2, 7, 8, 69, 70, 71, 200, 1456] {
+        for ck in [0, FLAG_PAYLOAD_CK] {
+            let r = Repr {
+                flags: ck,
+                length: len,
+                total: pulled().offset + len as u64,
+                ..pulled()
+            };
+            let mut a = vec![0x5au8; PULL_OVERHEAD + 1500];
+            let n = r.emit(&mut a);
+            let mut b = a.clone();
+            Frame::new_unchecked(&mut a[..n]).fill_checksum();
+            fill_pull_checksum(&mut b[..n]);
+            assert_eq!(a, b, "length {len}, flags {ck}");
+            assert_eq!(PullHeader::parse(&b[..n]).map(|h| h.repr()), Ok(r));
+        }
+    }
+}
+
+#[test]
+fn a_pull_frame_without_a_session_or_past_the_end_of_memory_is_malformed() {
+    for r in [
+        Repr {
+            src_session: 0,
+            ..pulled()
+        },
+        Repr {
+            offset: u64::MAX - 2,
+            total: 0,
+            ..pulled()
+        },
+    ] {
+        let buf = pull_frame(&r, b"hello");
+        let f = Frame::new_checked(&buf[..]).unwrap();
+        assert_eq!(Repr::parse(&f), Err(Error::Malformed));
+        assert_eq!(PullHeader::parse(&buf), Err(Error::Malformed));
+    }
+}

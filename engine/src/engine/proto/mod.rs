@@ -152,7 +152,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             Kind::Eager | Kind::Small => return self.on_eager(p, r, f),
             Kind::Rts => return self.on_rts(p, r),
             Kind::Pull => self.on_pull(p, r),
-            Kind::PullData => self.on_pull_data(p, r, f),
+            Kind::PullData => self.on_pull_data(p, r.msg_id, r.offset, r.length, f),
             Kind::Matched => self.on_matched(p, r.msg_id),
             Kind::Fin => self.on_fin(p, r),
             Kind::Grant => self.on_grant(p, r),

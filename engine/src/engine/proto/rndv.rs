@@ -91,7 +91,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let conn = &self.peers[p].conn;
         let frames = self.cfg.window.min(conn.remote_window) as usize;
         let block = self.cfg.pull_block.max(1);
-        let blocks = (frames * conn.frag as usize / block).clamp(self.cfg.pull_outstanding, 256);
+        let blocks =
+            (frames * conn.pull_frag() as usize / block).clamp(self.cfg.pull_outstanding, 256);
         // The count is kept in 32 bits (an idle peer's state is tight).
         ((blocks * block) as u64).min(u32::MAX as u64)
     }
@@ -237,7 +238,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The receiver asks for a block of a rendezvous send: queue its fragments.
     pub(super) fn on_pull(&mut self, p: usize, r: &Repr) {
-        let frag = self.peers[p].conn.frag as u64;
+        let frag = self.peers[p].conn.pull_frag() as u64;
         let Some(&id) = self.peers[p].msgs.sends.get(&r.msg_id) else {
             self.stats.drop_unknown_msg += 1;
             return;
@@ -273,8 +274,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// A fragment of a pulled block: copy it into the receive; its bytes leave the peer's
     /// pull budget, which asks for the next block once a block's worth has arrived.
-    pub(super) fn on_pull_data(&mut self, p: usize, r: &Repr, f: L::Frame) {
-        let Some(&id) = self.peers[p].msgs.pulls.get(&r.msg_id) else {
+    /// `length` bytes at `offset` of message `msg_id`, in frame `f` (behind the pull header).
+    pub(in crate::engine) fn on_pull_data(
+        &mut self,
+        p: usize,
+        msg_id: u32,
+        offset: u64,
+        length: u32,
+        f: L::Frame,
+    ) {
+        let Some(&id) = self.peers[p].msgs.pulls.get(&msg_id) else {
             self.stats.drop_unknown_msg += 1;
             return;
         };
@@ -284,23 +293,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let RecvState::Pulling { want, got, .. } = &mut rr.state else {
             return;
         };
-        if r.offset + r.length as u64 > *want {
+        if offset + length as u64 > *want {
             self.stats.drop_malformed += 1;
             return;
         }
-        *got += r.length as u64;
+        *got += length as u64;
         let all = *got >= *want;
-        rr.received += r.length as u64;
+        rr.received += length as u64;
         let buf = rr.buf;
         let msgs = &mut self.peers[p].msgs;
-        msgs.pull_inflight = msgs.pull_inflight.saturating_sub(r.length);
-        if r.length > 0 {
+        msgs.pull_inflight = msgs.pull_inflight.saturating_sub(length);
+        if length > 0 {
             self.submit_copy(
                 id,
                 f,
-                wire::OVERHEAD..wire::OVERHEAD + r.length as usize,
+                wire::PULL_OVERHEAD..wire::PULL_OVERHEAD + length as usize,
                 buf,
-                r.offset,
+                offset,
             );
         }
         // Per frame of bulk data, only what can have changed: the receive is done once its
