@@ -17,6 +17,47 @@ fn payload(i: usize) -> Vec<u8> {
 fn small_messages_are_read_where_they_arrived_and_a_rank_that_leaves_gives_its_frames_back() {
     let dir = TestDir::new("lease");
     let (a, b) = memif_pair(&dir, &[]);
+    lend_and_give_back(&a, &b);
+}
+
+/// The same with the receiving node's port in memif's zero-copy mode, whose buffers must be
+/// DPDK's own memory: its receive pool is a memzone the rank maps read-only.
+#[test]
+fn a_zero_copy_memif_client_lends_its_frames_too() {
+    let dir = TestDir::new("lease-zc");
+    let (a, b) = memif_pair_roles(&dir, "server", "client,zero-copy=yes", &[]);
+    lend_and_give_back(&a, &b);
+    // And the other way, to the server's pool (a memfd of its own process).
+    let tx = Client::attach(&b.socket).expect("attach to b");
+    let rx = Client::attach(&a.socket).expect("attach to a");
+    let r = rx
+        .irecv_or_lease(MatchSpec::mpi(3, 0, 9), 256, RecvInto::Vec(vec![0; 256]))
+        .expect("irecv")
+        .0;
+    let s = tx
+        .isend(
+            rx.addr(),
+            match_bits(3, 9),
+            0,
+            &payload(7),
+            SendMode::Standard,
+        )
+        .expect("isend");
+    tx.wait(s).expect("send completes");
+    match rx.wait(r).expect("receive completes") {
+        Done::ReceivedInChannel { lease, .. } => {
+            let mut out = vec![0u8; 256];
+            let got = rx.take_lease(&lease, Some(&mut out)).expect("take");
+            assert_eq!(&out[..got], &payload(7)[..]);
+        }
+        other => panic!("completed as {other:?}"),
+    }
+    assert!(num(&a.stats(), "/serve/leases") >= 1, "{}", a.stats());
+}
+
+/// `a` sends small messages to a rank of `b` that lets them be lent: read where they
+/// arrived, half taken, the rest given back when the rank leaves.
+fn lend_and_give_back(a: &Agent, b: &Agent) {
     let tx = Client::attach(&a.socket).expect("attach to a");
     let rx = Client::attach(&b.socket).expect("attach to b");
     let n = 40;
@@ -68,15 +109,15 @@ fn small_messages_are_read_where_they_arrived_and_a_rank_that_leaves_gives_its_f
     rx.progress();
     let held = |b: &Agent| num(&b.stats(), "/copies/leases_held");
     assert!(
-        eventually(std::time::Duration::from_secs(5), || held(&b) < lent
-            && held(&b) > 0),
+        eventually(std::time::Duration::from_secs(5), || held(b) < lent
+            && held(b) > 0),
         "leases given back: {}",
         b.stats()
     );
     // The rank leaves holding the rest: its frames go back to the pool.
     drop(rx);
     assert!(
-        eventually(std::time::Duration::from_secs(10), || held(&b) == 0
+        eventually(std::time::Duration::from_secs(10), || held(b) == 0
             && num(&b.stats(), "/clients") == 0),
         "frames still lent after the rank left: {}",
         b.stats()

@@ -46,14 +46,22 @@ impl Client {
         let text = std::str::from_utf8(&buf[..n]).map_err(|_| err("reply not UTF-8".into()))?;
         let reply: Reply = serde_json::from_str(text.trim())
             .map_err(|e| err(format!("bad reply `{text}`: {e}")))?;
-        let (address, region_len, agent_pid, eager_limit, rx_len) = match reply {
+        let (address, region_len, agent_pid, eager_limit, rx_len, rx_offset) = match reply {
             Reply::Attached {
                 address,
                 region_len,
                 agent_pid,
                 eager_limit,
                 rx_len,
-            } => (address, region_len, agent_pid, eager_limit, rx_len),
+                rx_offset,
+            } => (
+                address,
+                region_len,
+                agent_pid,
+                eager_limit,
+                rx_len,
+                rx_offset,
+            ),
             Reply::Error { message } => return Err(err(message)),
             r => return Err(err(format!("unexpected reply {r:?}"))),
         };
@@ -65,7 +73,9 @@ impl Client {
         // The node's receive memory, read-only: without it every payload comes through a
         // data buffer (one more copy in the agent), nothing else changes.
         let rx = match rx_fd {
-            Some(fd) if rx_len > 0 => ReadOnlyRegion::from_fd(fd, rx_len as usize).ok(),
+            Some(fd) if rx_len > 0 => {
+                ReadOnlyRegion::from_fd_at(fd, rx_offset, rx_len as usize).ok()
+            }
             _ => None,
         };
         let addr: EndpointAddr = address.parse().map_err(err)?;

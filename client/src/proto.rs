@@ -27,6 +27,10 @@ pub enum Reply {
         /// read-only (0: none; received payloads then always come through data buffers).
         #[serde(default)]
         rx_len: u64,
+        /// Where that memory starts in the fd's file (a multiple of its page size: DPDK's
+        /// own memory is one file per memseg list).
+        #[serde(default)]
+        rx_offset: u64,
     },
     Stats {
         stats: serde_json::Value,
@@ -36,5 +40,7 @@ pub enum Reply {
     },
 }
 
-/// Protocol version of the attach handshake and channel layout.
-pub const VERSION: u32 = tigon_engine::channel::VERSION;
+/// Protocol version of the attach handshake and channel layout: the channel's version times
+/// 100 plus the handshake's revision (1: the receive memory's `rx_offset`, which a client
+/// that ignores it would map wrong).
+pub const VERSION: u32 = tigon_engine::channel::VERSION * 100 + 1;

@@ -1,5 +1,8 @@
-//! Memory that DPDK did not allocate (e.g. the agent's shared-memory channel), registered
-//! with `rte_extmem_register` so that mbufs can point into it and devices can reach it.
+//! Memory mbufs may point into that other processes can map too: a memfd DPDK did not
+//! allocate (e.g. the agent's shared-memory channel), registered with `rte_extmem_register`
+//! so that devices can reach it, or mapped only (where no device needs it registered); or a
+//! memzone of DPDK's own memory whose file other processes may map read-only
+//! ([`ExtMem::shared_memzone`], in `memzone.rs`).
 
 use std::ffi::c_void;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -13,17 +16,28 @@ use crate::error::{Error, Result};
 
 const SMALL_PAGE: usize = 4096;
 
-/// A memfd mapping registered with DPDK as external memory. Shared with other processes by
-/// passing [`ExtMem::fd`]; accessed here through copies (`read_at` / `write_at`), never
+/// Memory shared with other processes by passing [`ExtMem::fd`] (they map `len` bytes at
+/// [`ExtMem::file_offset`]); accessed here through copies (`read_at` / `write_at`), never
 /// through Rust references, because other processes may write it at any time.
 pub struct ExtMem {
-    addr: NonNull<u8>,
-    len: usize,
-    page_size: usize,
-    hugetlb: bool,
-    iovas: Vec<u64>,
-    fd: OwnedFd,
-    _eal: Eal,
+    pub(crate) addr: NonNull<u8>,
+    pub(crate) len: usize,
+    pub(crate) page_size: usize,
+    pub(crate) hugetlb: bool,
+    pub(crate) iovas: Vec<u64>,
+    pub(crate) fd: OwnedFd,
+    /// Where the region starts in `fd`'s file.
+    pub(crate) file_offset: u64,
+    pub(crate) backing: Backing,
+    pub(crate) _eal: Eal,
+}
+
+/// What an [`ExtMem`] is, which says how it goes away.
+pub(crate) enum Backing {
+    /// Our own mapping of a memfd, registered with DPDK (`rte_extmem_register`) or not.
+    Mapped { registered: bool },
+    /// A memzone of DPDK's memory (its fd a read-only reopening of the memseg list's file).
+    Memzone,
 }
 
 // SAFETY: the mapping is process-wide and immutable in shape; all access goes through raw
@@ -42,7 +56,7 @@ impl std::fmt::Debug for ExtMem {
     }
 }
 
-fn default_hugepage_size() -> usize {
+pub(crate) fn default_hugepage_size() -> usize {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
@@ -90,7 +104,7 @@ impl ExtMem {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(Error::io(format!("sizing a {len}-byte memfd")));
         }
-        Self::map(eal, fd, len, page_size, hugetlb)
+        Self::map(eal, fd, len, page_size, hugetlb, true)
     }
 
     /// Maps and registers an existing memfd of `len` bytes whose pages are `page_size`
@@ -107,7 +121,31 @@ impl ExtMem {
                  ({page_size} B, a power of two)"
             )));
         }
-        Self::map(eal, fd, len, page_size, page_size != SMALL_PAGE)
+        Self::map(eal, fd, len, page_size, page_size != SMALL_PAGE, true)
+    }
+
+    /// Like [`ExtMem::from_fd`] but not registered with DPDK: mbufs may point into it (their
+    /// IO addresses computed as `from_fd` would), but no device that needs its memory known
+    /// to DPDK (`rte_dev_dma_map`, a dmadev or NIC behind an IOMMU) may reach it. What a
+    /// process with a memif zero-copy port needs: that port offers its peer every memory
+    /// segment DPDK knows of when it (re)connects and has no file for external ones.
+    pub fn from_fd_unregistered(
+        eal: &Eal,
+        fd: OwnedFd,
+        len: usize,
+        page_size: usize,
+    ) -> Result<Arc<ExtMem>> {
+        if len == 0
+            || page_size == 0
+            || !len.is_multiple_of(page_size)
+            || !page_size.is_power_of_two()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "external memory of {len} B must be a non-zero multiple of its page size \
+                 ({page_size} B, a power of two)"
+            )));
+        }
+        Self::map(eal, fd, len, page_size, page_size != SMALL_PAGE, false)
     }
 
     fn map(
@@ -116,6 +154,7 @@ impl ExtMem {
         len: usize,
         page_size: usize,
         hugetlb: bool,
+        register: bool,
     ) -> Result<Arc<ExtMem>> {
         // SAFETY: maps `len` bytes of our fd; MAP_POPULATE makes a hugetlb shortage fail here
         // (ENOMEM) instead of as SIGBUS on first touch.
@@ -156,17 +195,20 @@ impl ExtMem {
                 }
             })
             .collect();
-        let mut table = iovas.clone();
-        let n_pages_u32 = u32::try_from(n_pages)
-            .map_err(|_| Error::InvalidArgument(format!("{n_pages} pages is too many")))?;
-        // SAFETY: the range is our mapping; the table has one IOVA per page.
-        let ret =
-            unsafe { sys::rte_extmem_register(p, len, table.as_mut_ptr(), n_pages_u32, page_size) };
-        if ret != 0 {
-            let e = Error::dpdk(format!("rte_extmem_register of {len} B"), ret);
-            // SAFETY: unmapping our own mapping, nothing references it yet.
-            unsafe { libc::munmap(p, len) };
-            return Err(e);
+        if register {
+            let mut table = iovas.clone();
+            let n_pages_u32 = u32::try_from(n_pages)
+                .map_err(|_| Error::InvalidArgument(format!("{n_pages} pages is too many")))?;
+            // SAFETY: the range is our mapping; the table has one IOVA per page.
+            let ret = unsafe {
+                sys::rte_extmem_register(p, len, table.as_mut_ptr(), n_pages_u32, page_size)
+            };
+            if ret != 0 {
+                let e = Error::dpdk(format!("rte_extmem_register of {len} B"), ret);
+                // SAFETY: unmapping our own mapping, nothing references it yet.
+                unsafe { libc::munmap(p, len) };
+                return Err(e);
+            }
         }
         Ok(Arc::new(ExtMem {
             addr,
@@ -175,8 +217,27 @@ impl ExtMem {
             hugetlb,
             iovas,
             fd,
+            file_offset: 0,
+            backing: Backing::Mapped {
+                registered: register,
+            },
             _eal: eal.clone(),
         }))
+    }
+
+    /// Whether DPDK knows this memory: registered external memory, or its own.
+    pub fn is_registered(&self) -> bool {
+        !matches!(self.backing, Backing::Mapped { registered: false })
+    }
+
+    /// Whether this is DPDK's own memory (a memzone), not external memory.
+    pub fn is_dpdk_memory(&self) -> bool {
+        matches!(self.backing, Backing::Memzone)
+    }
+
+    /// Where the region starts in the file of [`ExtMem::fd`] (0 but for DPDK memory).
+    pub fn file_offset(&self) -> u64 {
+        self.file_offset
     }
 
     /// Size in bytes (whole pages).
@@ -204,7 +265,8 @@ impl ExtMem {
         self.addr.as_ptr()
     }
 
-    /// The memfd, to share the region with another process (SCM_RIGHTS).
+    /// The memfd, to share the region with another process (SCM_RIGHTS); for DPDK memory a
+    /// read-only descriptor of the whole memseg list's file (see [`ExtMem::file_offset`]).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -303,11 +365,17 @@ impl ExtMem {
 impl Drop for ExtMem {
     fn drop(&mut self) {
         let p = self.addr.as_ptr() as *mut c_void;
+        let registered = match self.backing {
+            Backing::Mapped { registered } => registered,
+            // Kept: freeing it would let DPDK give the hugepages back (a hole punched in the
+            // memseg file), and a process still mapping them would fault on its next read.
+            // It goes with the EAL.
+            Backing::Memzone => return,
+        };
         // SAFETY: no mbuf references the region (they hold an Arc) and ports unmap it before
-        // releasing theirs; unregister, then unmap our own mapping.
+        // releasing theirs; unregister (if registered), then unmap our own mapping.
         unsafe {
-            let ret = sys::rte_extmem_unregister(p, self.len);
-            if ret != 0 {
+            if registered && sys::rte_extmem_unregister(p, self.len) != 0 {
                 log::warn!(
                     "rte_extmem_unregister: {}",
                     crate::error::strerror(crate::error::rte_errno())

@@ -4,7 +4,8 @@
 //! - [`Eal`]: one initialisation per process ([`EalBuilder`]); cleanup when the last handle
 //!   (held by every pool, port and dmadev) drops.
 //! - [`Mempool`] / [`Mbuf`]: owned mbufs, chains for multi-segment frames, external-buffer
-//!   mbufs over [`ExtMem`] (memory registered with `rte_extmem_register`).
+//!   mbufs over [`ExtMem`] (memory registered with `rte_extmem_register`, or mapped only,
+//!   or a memzone of DPDK's memory other processes may map read-only).
 //! - [`Port`]: an ethdev from devargs (PCI, `net_memif`, `net_af_packet`, `net_af_xdp`,
 //!   `net_ring`, `net_null`) with burst rx/tx.
 //! - [`DmaDev`]: copy offload on a dmadev.
@@ -21,6 +22,7 @@ mod extmem;
 pub mod frames;
 mod mbuf;
 mod mempool;
+mod memzone;
 mod port;
 pub mod testbed;
 

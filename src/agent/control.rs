@@ -14,15 +14,23 @@ use tigon_engine::channel::{Channel, Geometry};
 use tigon_shm::Region;
 
 /// The engine's answer to an attach: the client's handle, its endpoint's address, and the
-/// node's receive memory for the client to map read-only (fd, bytes), if it may.
-pub type Attached = (u64, String, Option<(OwnedFd, u64)>);
+/// node's receive memory for the client to map read-only, if it may.
+pub type Attached = (u64, String, Option<RxShare>);
+
+/// The node's receive memory as a client maps it: `len` bytes of `fd`'s file at `offset`.
+pub struct RxShare {
+    pub fd: OwnedFd,
+    pub offset: u64,
+    pub len: u64,
+}
 
 /// What the control thread asks of the engine thread.
 pub enum Cmd {
     Attach {
         ch: Channel,
         pid: i32,
-        /// The client's handle, its address, and the receive memory it may map (fd, bytes).
+        uid: u32,
+        /// The client's handle, its address, and the receive memory it may map.
         reply: Sender<Result<Attached, String>>,
     },
     /// A client by the handle `Attach` returned.
@@ -170,7 +178,7 @@ impl Control {
                     );
                     return None;
                 }
-                match self.attach(&s, cred.pid) {
+                match self.attach(&s, cred.pid, cred.uid) {
                     Ok(slot) => {
                         let _ = s.set_nonblocking(true);
                         Some((slot, s))
@@ -184,7 +192,7 @@ impl Control {
         }
     }
 
-    fn attach(&self, s: &UnixStream, pid: i32) -> Result<u64, String> {
+    fn attach(&self, s: &UnixStream, pid: i32, uid: u32) -> Result<u64, String> {
         let len = self.geometry.len();
         let region = Region::create(&format!("tigon-ch-{pid}"), len, self.hugetlb)
             .map_err(|e| format!("channel memory: {e}"))?;
@@ -197,7 +205,12 @@ impl Control {
         .map_err(|e| e.to_string())?;
         let region = ch.region.clone();
         let (tx, rx) = mpsc::channel();
-        if !self.send(Cmd::Attach { ch, pid, reply: tx }) {
+        if !self.send(Cmd::Attach {
+            ch,
+            pid,
+            uid,
+            reply: tx,
+        }) {
             return Err("the engine is shutting down".to_string());
         }
         let (slot, address, rx_mem) = rx
@@ -208,13 +221,14 @@ impl Control {
             region_len: region.len() as u64,
             agent_pid: std::process::id() as i32,
             eager_limit: self.eager_limit,
-            rx_len: rx_mem.as_ref().map_or(0, |r| r.1),
+            rx_len: rx_mem.as_ref().map_or(0, |r| r.len),
+            rx_offset: rx_mem.as_ref().map_or(0, |r| r.offset),
         };
         let mut line = serde_json::to_vec(&reply).expect("serialize");
         line.push(b'\n');
         let mut fds = vec![region.fd().as_fd(), self.bell.fd().as_fd()];
-        if let Some((fd, _)) = &rx_mem {
-            fds.push(fd.as_fd());
+        if let Some(r) = &rx_mem {
+            fds.push(r.fd.as_fd());
         }
         if let Err(e) = tigon_shm::sock::send_with_fds(s, &line, &fds) {
             self.send(Cmd::Detach { client: slot });

@@ -27,18 +27,21 @@ pub struct NodePlane {
     pub dma: Option<DmaDev>,
     /// The receive pool's memory when ranks may map it (see `shared_rx_pool`).
     pub rx_mem: Option<std::sync::Arc<ExtMem>>,
+    /// Whether clients' channels are registered with DPDK (see `register`).
+    pub register_channels: bool,
 }
 
 /// Initialises the EAL and opens each node's port and dmadev.
 pub fn bring_up(nodes: &[NodePlan]) -> Result<Dataplane, String> {
     let eal = start_eal(nodes)?;
     // memif's zero-copy mode offers its peer every DPDK memory segment of the process when
-    // it connects, and cannot offer external memory (it has no fd for it): no node of this
-    // process registers its receive memory before then if any port runs that mode.
-    let shared_rx = !nodes.iter().any(|n| memif_zero_copy(&n.settings.devargs));
+    // it (re)connects, and cannot offer external memory (it has no fd for it), and it passes
+    // only buffers of the first memseg list: in a process with such a port, receive pools
+    // the ranks may read are DPDK memory there, and nothing external is registered.
+    let zero_copy = nodes.iter().any(|n| memif_zero_copy(&n.settings.devargs)) && !eal.no_huge();
     let mut planes = Vec::with_capacity(nodes.len());
     for (i, n) in nodes.iter().enumerate() {
-        let plane = open_node(&eal, i, &n.args, &n.settings, shared_rx).map_err(|e| {
+        let plane = open_node(&eal, i, &n.args, &n.settings, zero_copy).map_err(|e| {
             if nodes.len() > 1 {
                 format!("node {i}: {e}")
             } else {
@@ -56,7 +59,7 @@ fn open_node(
     i: usize,
     a: &AgentArgs,
     s: &Settings,
-    shared_rx: bool,
+    zero_copy: bool,
 ) -> Result<NodePlane, String> {
     let room = if s.mtu > 1500 {
         JUMBO_DATA_ROOM
@@ -71,9 +74,7 @@ fn open_node(
             format!("tigon_{what}{i}")
         }
     };
-    let shared = shared_rx
-        .then(|| shared_rx_pool(eal, &name("rx"), room))
-        .flatten();
+    let shared = shared_rx_pool(eal, &name("rx"), room, zero_copy);
     let rx_pool = match shared {
         Some(p) => p,
         None => Mempool::new(eal, &name("rx"), RX_POOL, room).map_err(|e| e.to_string())?,
@@ -110,6 +111,10 @@ fn open_node(
         Some(d) => Some(DmaDev::open(eal, d, 1024).map_err(|e| format!("dmadev `{d}`: {e}"))?),
         None => None,
     };
+    // Channels are registered with DPDK where a device needs them known: a dmadev, a NIC
+    // (behind an IOMMU); not in a process with a memif zero-copy port, unless a dmadev
+    // wants them (memif and af_packet copy from an mbuf's address, not its IO address).
+    let register_channels = dma.is_some() || (!zero_copy && pci_device(&s.devargs));
     let mut link = PortLink::new(port, tx_pool, mac, s.max_frame());
     if let Some(mut udp) = s.udp {
         // The UDP checksum covers payloads: computed where the engine's payload checksum
@@ -140,27 +145,38 @@ fn open_node(
         mac,
         dma,
         rx_mem,
+        register_channels,
     })
 }
 
 /// Mbufs in a node's receive pool.
 pub const RX_POOL: u32 = 8191;
 
-/// A receive pool whose frames lie in memory the node's ranks may map read-only (a memfd
-/// registered with DPDK): a rank then reads a small message where it arrived, no copy into
-/// its channel first (`lease`). `None` on any failure (e.g. no hugepages with physical
-/// addresses, where a data room must not straddle two pages): the pool is DPDK's.
-fn shared_rx_pool(eal: &Eal, name: &str, room: u16) -> Option<Mempool> {
+/// A receive pool whose frames lie in memory the node's ranks may map read-only: a rank then
+/// reads a small message where it arrived, no copy into its channel first (`lease`). A memfd
+/// registered with DPDK; or, in a process with a memif zero-copy port (`zero_copy`), which
+/// can pass only buffers of DPDK's first memseg list and offers no external memory, a memzone
+/// there whose file the ranks map read-only. `None` on any failure (e.g. no hugepages with
+/// physical addresses, where a data room must not straddle two pages): the pool is DPDK's
+/// and the node lends no frames.
+fn shared_rx_pool(eal: &Eal, name: &str, room: u16, zero_copy: bool) -> Option<Mempool> {
     // Sized for 2 MiB pages holding whole data rooms (with physical addresses a data room
     // must not straddle two pages).
     let per_page = (2 << 20) / room.next_multiple_of(64) as usize;
     let bytes = (RX_POOL as usize).div_ceil(per_page) << 21;
-    let made = ExtMem::new(eal, bytes)
-        .and_then(|mem| Mempool::with_external_data(eal, name, RX_POOL, room, &mem));
+    let mem = if zero_copy {
+        ExtMem::shared_memzone(eal, &format!("{name}_frames"), bytes)
+    } else {
+        ExtMem::new(eal, bytes)
+    };
+    let made = mem.and_then(|mem| Mempool::with_external_data(eal, name, RX_POOL, room, &mem));
     match made {
         Ok(p) => Some(p),
         Err(e) => {
-            log::info!("receive pool in DPDK memory (ranks copy from their channel): {e}");
+            log::info!(
+                "receive pool `{name}` private to the agent: ranks get every payload through \
+                 their channel (one more copy per small message): {e}"
+            );
             None
         }
     }
@@ -189,7 +205,7 @@ fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
     // memory segment list, or the driver refuses ("multi-file segments").
     b = b.single_file_segments(nodes.iter().any(|n| memif_zero_copy(&n.settings.devargs)));
     // A vdev port needs no PCI scan (which would also grab the host's own NIC).
-    let pci = |d: &str| d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_");
+    let pci = pci_device;
     if !nodes.iter().any(|n| pci(&n.settings.devargs)) && !dmas.iter().any(|d| pci(d)) {
         b = b.no_pci(true);
     }
@@ -204,6 +220,11 @@ fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
         b = b.args(extra.clone());
     }
     b.init().map_err(|e| format!("DPDK initialisation: {e}"))
+}
+
+/// Whether `devargs` name a PCI device (a NIC or a DMA engine), not a vdev.
+fn pci_device(d: &str) -> bool {
+    d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_")
 }
 
 /// Whether `devargs` ask for memif's zero-copy mode (a client's option).
@@ -293,18 +314,25 @@ fn port_devargs(devargs: &str, mtu: u16) -> Result<String, String> {
     Ok(d)
 }
 
-/// Registers a client's channel with DPDK so the dmadev can write its data buffers.
-pub fn register(eal: &Eal, ch: &Channel) -> Option<std::sync::Arc<ExtMem>> {
+/// A client's channel as mbufs may point into it (in-place transmit), registered with DPDK
+/// when `registered` so that the dmadev (or a NIC) can reach its data buffers.
+pub fn register(eal: &Eal, ch: &Channel, registered: bool) -> Option<std::sync::Arc<ExtMem>> {
     let fd = ch.region.fd().try_clone().ok()?;
     let page = if ch.region.is_hugetlb() {
         2 << 20
     } else {
         4096
     };
-    match ExtMem::from_fd(eal, fd, ch.region.len(), page) {
+    let len = ch.region.len();
+    let made = if registered {
+        ExtMem::from_fd(eal, fd, len, page)
+    } else {
+        ExtMem::from_fd_unregistered(eal, fd, len, page)
+    };
+    match made {
         Ok(m) => Some(m),
         Err(e) => {
-            log::warn!("channel not registered with DPDK ({e}); CPU copies only for this client");
+            log::warn!("channel not mapped for DPDK ({e}); CPU copies only for this client");
             None
         }
     }

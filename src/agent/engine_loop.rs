@@ -2,7 +2,7 @@
 //! engine (rx burst → demux → protocol → tx burst → timers → copy completions), serves the
 //! clients' rings, takes the control thread's commands, and sleeps when there is nothing to do.
 
-use super::control::Cmd;
+use super::control::{Cmd, RxShare};
 use super::copy::AgentCopy;
 use super::dpdk;
 use super::idle::{self, Idle};
@@ -83,6 +83,7 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             link: plane.link,
             served: Served::default(),
             control,
+            register_channels: plane.register_channels,
         });
     }
     let idle = Idle::new(shared);
@@ -148,6 +149,8 @@ struct NodeLoop<'a> {
     link: PortLink,
     served: Served,
     control: ToControl<'a>,
+    /// Clients' channels are registered with DPDK (a device must reach them).
+    register_channels: bool,
 }
 
 struct EngineLoop<'a> {
@@ -269,12 +272,27 @@ impl EngineLoop<'_> {
             while let Ok(c) = n.control.cmds.try_recv() {
                 count += 1;
                 match c {
-                    Cmd::Attach { ch, pid, reply } => {
-                        let ext = dpdk::register(&self.eal, &ch);
-                        // The receive memory, for the client to map read-only.
+                    Cmd::Attach {
+                        ch,
+                        pid,
+                        uid,
+                        reply,
+                    } => {
+                        let ext = dpdk::register(&self.eal, &ch, n.register_channels);
+                        // The receive memory, for the client to map read-only. DPDK's own
+                        // memory only to clients of the agent's own user: its file holds all
+                        // of the list's memory (frames sent too), which they could read of
+                        // this process anyway.
                         let rx = n.eng.copy_engine().rx_mem.as_ref().and_then(|m| {
+                            if m.is_dpdk_memory() && uid != tigon_shm::sock::euid() {
+                                return None;
+                            }
                             let fd = m.fd().try_clone_to_owned().ok()?;
-                            Some((fd, m.len() as u64))
+                            Some(RxShare {
+                                fd,
+                                offset: m.file_offset(),
+                                len: m.len() as u64,
+                            })
                         });
                         let r = n
                             .served

@@ -465,10 +465,20 @@ pub fn wait_peers(
 /// Two agents joined by a memif pair: `a` (server, lcore 0) and `b` (client, lcore 1). The
 /// server starts first: a memif client fails to start without its server's socket.
 pub fn memif_pair(dir: &TestDir, extra: &[&str]) -> (Agent, Agent) {
+    memif_pair_roles(dir, "server", "client", extra)
+}
+
+/// A memif pair whose ports take these `role=` devargs (e.g. `client,zero-copy=yes`).
+pub fn memif_pair_roles(
+    dir: &TestDir,
+    a_role: &str,
+    b_role: &str,
+    extra: &[&str],
+) -> (Agent, Agent) {
     let sock = dir.join("memif.sock");
     let port = |role: &str| format!("net_memif0,role={role},socket={}", sock.display());
-    let a = Agent::start(dir, "a", &port("server"), 0, None, extra);
-    let b = Agent::start(dir, "b", &port("client"), 1, None, extra);
+    let a = Agent::start(dir, "a", &port(a_role), 0, None, extra);
+    let b = Agent::start(dir, "b", &port(b_role), 1, None, extra);
     (a, b)
 }
 

@@ -234,13 +234,22 @@ impl std::fmt::Debug for ReadOnlyRegion {
 impl ReadOnlyRegion {
     /// Maps `len` bytes of `fd` read-only (the fd is closed once mapped).
     pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<ReadOnlyRegion> {
+        Self::from_fd_at(fd, 0, len)
+    }
+
+    /// Maps `len` bytes of `fd` from `offset` (a multiple of the file's page size) read-only
+    /// (the fd is closed once mapped).
+    pub fn from_fd_at(fd: OwnedFd, offset: u64, len: usize) -> io::Result<ReadOnlyRegion> {
         // SAFETY: fstat writes into a zeroed stat buffer we own.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is valid and st is a valid out-pointer.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        if (st.st_size as u64) < len as u64 || len == 0 {
+        let file_off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|e| (st.st_size as u64) < e) || len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "region smaller than announced",
@@ -254,7 +263,7 @@ impl ReadOnlyRegion {
                 libc::PROT_READ,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
-                0,
+                file_off,
             )
         };
         if p == libc::MAP_FAILED {
@@ -329,6 +338,24 @@ mod tests {
             line.split_whitespace().nth(1).unwrap().starts_with("r--s"),
             "{line}"
         );
+    }
+
+    /// A range of the file from an offset: the bytes there, and nothing past the file.
+    #[test]
+    fn read_only_region_maps_a_range_from_an_offset() {
+        let owner = Region::create("ro-off", 3 * 4096, false).unwrap();
+        owner.write(4096 + 10, b"second page").unwrap();
+        let ro = ReadOnlyRegion::from_fd_at(owner.fd().try_clone().unwrap(), 4096, 8192).unwrap();
+        let mut b = [0u8; 11];
+        ro.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"second page");
+        assert!(ro.read(8190, &mut b).is_err(), "the range's end");
+        let fd = || owner.fd().try_clone().unwrap();
+        assert!(
+            ReadOnlyRegion::from_fd_at(fd(), 8192, 8192).is_err(),
+            "past the file"
+        );
+        assert!(ReadOnlyRegion::from_fd_at(fd(), u64::MAX, 4096).is_err());
     }
 
     #[test]
