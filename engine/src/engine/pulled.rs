@@ -58,14 +58,24 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // Next in order, nothing held behind it: what `on_sequenced` does for it.
         self.on_pull_data(p, h.msg_id, h.offset, h.length as u32, f);
         let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
-        let s = &mut self.peers[p].stream;
+        let peer = &mut self.peers[p];
+        let s = &mut peer.stream;
         s.advance();
         if quiet {
             s.ack_soon();
         } else {
             s.schedule_ack(now, every, delay);
         }
-        self.mark_active(p);
+        // The transmit pass visits the peer for its ack only when one is owed now; a
+        // delayed one waits for its time (`ack_timers`), as for a small message (fast.rs).
+        // What the frame asked to send (the next Pull, the Fin) marked it already.
+        if !peer.in_active {
+            if s.ack_now {
+                self.mark_active(p);
+            } else if !s.ack_queued {
+                self.delay_ack(p);
+            }
+        }
     }
 
     /// A fragment of a pulled block, first sent or resent: its header written straight from

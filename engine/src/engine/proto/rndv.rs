@@ -275,6 +275,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// A fragment of a pulled block: copy it into the receive; its bytes leave the peer's
     /// pull budget, which asks for the next block once a block's worth has arrived.
     /// `length` bytes at `offset` of message `msg_id`, in frame `f` (behind the pull header).
+    /// Always in line: it runs for every frame of pulled data, nearly always from pulled.rs.
+    #[inline(always)]
     pub(in crate::engine) fn on_pull_data(
         &mut self,
         p: usize,
