@@ -43,6 +43,10 @@ enum Which {
         /// Fabric between tigon's two emulated nodes.
         #[arg(long, value_enum, default_value_t = crate::fabric::FabricKind::Memif)]
         fabric: crate::fabric::FabricKind,
+        /// memif: the client node's port in memif's zero-copy mode (see `tigon run
+        /// --memif-zero-copy`).
+        #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+        memif_zero_copy: bool,
         /// Give up on a transport when its program prints nothing for this long (s, at least 1).
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
         stall_timeout: u64,
@@ -237,6 +241,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             tests,
             budget_ms,
             fabric,
+            memif_zero_copy,
             stall_timeout,
         } => {
             let opts = mpi::Opts {
@@ -249,6 +254,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 &opts,
                 &mpi::parse_only(&only)?,
                 fabric,
+                memif_zero_copy,
                 Duration::from_secs(stall_timeout),
             )
         }
@@ -260,6 +266,7 @@ fn run_mpi(
     opts: &mpi::Opts,
     only: &[Transport],
     fabric: crate::fabric::FabricKind,
+    memif_zero_copy: bool,
     stall: Duration,
 ) -> Result<(), String> {
     let dir = report::out_dir();
@@ -274,7 +281,7 @@ fn run_mpi(
             break;
         }
         let res = match t {
-            Transport::Tigon => run_tigon(&program, fabric, stall),
+            Transport::Tigon => run_tigon(&program, fabric, memif_zero_copy, stall),
             _ => {
                 let mut cmd = mpi::ob1_command(t, &program);
                 // The same malloc as tigon's ranks get from `tigon rank-exec` (huge pages):
@@ -345,6 +352,7 @@ fn run_mpi(
 fn run_tigon(
     program: &[String],
     fabric: crate::fabric::FabricKind,
+    memif_zero_copy: bool,
     stall: Duration,
 ) -> mpi::TransportResult {
     use crate::fabric::{Cluster, ClusterOpts};
@@ -365,7 +373,7 @@ fn run_tigon(
         // soon a dead peer is detected (the tests do that).
         agent_args: vec!["--peer-timeout-ms".into(), "30000".into()],
         layout: crate::fabric::LayoutKind::Auto,
-        memif_zero_copy: false,
+        memif_zero_copy,
     };
     let cluster = match Cluster::start(&opts) {
         Ok(c) => c,

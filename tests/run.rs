@@ -238,11 +238,11 @@ fn memif_jobs_and_exit_status() {
         let prog = program("p2p_basic");
         let p = prog.to_str().unwrap();
         // As with mpirun, the program may follow the options without `--`. The client
-        // node's memif port copying (the default) and in zero-copy mode.
+        // node's memif port in zero-copy mode (the default) and copying.
         let args: &[&str] = if np == "2" {
             &["--stats", "-np", np, "--", p]
         } else {
-            &["--stats", "--memif-zero-copy", "true", "-np", np, p]
+            &["--stats", "--memif-zero-copy", "false", "-np", np, p]
         };
         let e = tigon_run(args, JOB);
         e.assert_ok("p2p_basic");

@@ -49,6 +49,10 @@ pub struct DemoArgs {
     /// NetPIPE: where the emulated nodes' engines run (see `tigon run --layout`).
     #[arg(long, value_enum, default_value_t = crate::fabric::LayoutKind::Auto)]
     pub layout: crate::fabric::LayoutKind,
+    /// NetPIPE over memif: the client node's port in memif's zero-copy mode (see `tigon run
+    /// --memif-zero-copy`).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub memif_zero_copy: bool,
 }
 
 /// The encapsulations the NetPIPE demo runs tigon over.

@@ -189,7 +189,7 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
                         wire,
                         agent_args: Vec::new(),
                         layout: a.layout,
-                        memif_zero_copy: false,
+                        memif_zero_copy: a.memif_zero_copy,
                     };
                     let cluster = Cluster::start(&opts)?;
                     if r == 0 && k == 0 {
@@ -230,8 +230,13 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
     if let Some(w) = a.wire {
         args += &format!(" --wire {}", format!("{w:?}").to_lowercase());
     }
+    let zc = if a.memif_zero_copy {
+        ""
+    } else {
+        " --memif-zero-copy false"
+    };
     println!(
-        "reproduce: tigon demo {args}   (one run: tigon run -np 2 -- NPopenmpi -u {} -p 0)",
+        "reproduce: tigon demo {args}{zc}   (one run: tigon run{zc} -np 2 -- NPopenmpi -u {} -p 0)",
         a.upper
     );
     Ok(())
@@ -443,6 +448,7 @@ mod tests {
                 max: 9000,
                 runs: 1,
                 layout: crate::fabric::LayoutKind::Auto,
+                memif_zero_copy: true,
             };
             let e = demo(&a).expect_err("refused");
             assert!(e.contains("--wire udp"), "{e}");
