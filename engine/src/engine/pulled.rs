@@ -50,7 +50,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
-        self.on_ack(p, h.ack, h.credit, None, None, now);
+        // Its ack and credit (rx.rs, `on_ack`, written out: the work only if they moved).
+        let peer = &mut self.peers[p];
+        peer.conn.last_rx = now;
+        let more_credit = peer.credit.on_released(h.credit);
+        if more_credit || peer.stream.acks_new(h.ack) {
+            self.on_new_ack(p, h.ack, more_credit, None, None, now);
+        }
         let stream = &self.peers[p].stream;
         if h.seq != stream.rcv_next || !stream.reorder.is_empty() {
             return self.on_sequenced(p, &h.repr(), f, now, quiet);
