@@ -43,15 +43,21 @@ pub struct Config {
     /// Unexpected rendezvous requests (RTS, header only, no credit needed) held at most; past
     /// it, the stream from the sender stalls.
     pub unexpected_rts: usize,
-    /// Received frames are acknowledged with the next frame out, once `ack_every` of them
-    /// wait, or when a poll finds nothing more to receive; within this delay at the latest.
-    pub ack_delay_ns: u64,
+    /// Received frames are acknowledged with the next frame out to their peer, once
+    /// `ack_every` of them wait, at once when flagged `wire::FLAG_ACK_NOW` (or a gap shows),
+    /// when the loop runs idle (`ack_idle_ns`), and within this delay at the latest — however
+    /// quiet the peer: while the loop is busy, a peer that sends now and then (thousands of
+    /// peers each sending every few ms) has its acks coalesce over its frames instead of one
+    /// ack frame per message. Advertised to every peer at connect, whose retransmit timeout
+    /// allows for it; at most `wire::ACK_DELAY_LIMIT_NS`. An ack held frees only the sender's retransmit copies
+    /// and returns credit: sends do not wait on it (the MTL completes small standard sends
+    /// at once; synchronous sends complete on Matched, rendezvous on Fin), and a sender
+    /// short of window or credit flags its frame for an ack at once.
+    pub max_ack_delay_ns: u64,
     pub ack_every: u32,
     /// Acks owed go out once the link has been quiet this long (nothing received): long
     /// enough for a rank to answer what it just got (a ping-pong's reply carries the ack, so
-    /// each message costs one frame, not two), short against `ack_delay_ns`. Sends that
-    /// complete only on their ack are few (the MTL completes small standard sends at once;
-    /// synchronous and rendezvous sends complete on Matched and Fin).
+    /// each message costs one frame, not two), short against `max_ack_delay_ns`.
     pub ack_idle_ns: u64,
     /// Retransmit timeout bounds; the timeout itself comes from the measured RTT. The floor
     /// is what a lossless link may take beyond the RTT estimate without a loss: a full
@@ -95,7 +101,7 @@ impl Default for Config {
             unexpected_count: 1 << 16,
             unexpected_frames: 1024,
             unexpected_rts: 1 << 20,
-            ack_delay_ns: 20_000,
+            max_ack_delay_ns: 5_000_000,
             ack_every: 16,
             ack_idle_ns: 8_000,
             rto_min_ns: 1_000_000,
@@ -137,6 +143,13 @@ impl Config {
                 "session idle time ({} ms) must be longer than the peer timeout ({} ms), or 0",
                 self.session_idle_ns / 1_000_000,
                 self.peer_timeout_ns / 1_000_000
+            ));
+        }
+        if self.max_ack_delay_ns > crate::wire::ACK_DELAY_LIMIT_NS {
+            return Err(format!(
+                "max_ack_delay_ns ({}) is past the protocol's bound, wire::ACK_DELAY_LIMIT_NS ({})",
+                self.max_ack_delay_ns,
+                crate::wire::ACK_DELAY_LIMIT_NS
             ));
         }
         if self.rto_min_ns == 0 || self.rto_min_ns > self.rto_max_ns {

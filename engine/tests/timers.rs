@@ -291,7 +291,7 @@ fn peers_that_operations_only_wait_on_cost_no_timer_pass() {
 fn a_reply_carries_the_ack_and_a_lone_message_is_acked_once_the_link_is_quiet() {
     let cfg = Config::default();
     let quiet = cfg.ack_idle_ns;
-    assert!(quiet >= 4_000 && quiet < cfg.ack_delay_ns);
+    assert!(quiet >= 4_000 && quiet < cfg.max_ack_delay_ns);
     let mut w = World::new(2, lossless(), 11, cfg);
     let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     let b = w.nodes[1].eng.open_endpoint(Some(0)).unwrap();

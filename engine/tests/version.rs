@@ -26,6 +26,7 @@ fn handshake(kind: Kind, version: u8, src_session: u32, dst_session: u32) -> Vec
         max_frame: 1514,
         window: 64,
         eager_credit: 1 << 16,
+        max_ack_delay_us: 0,
     }
     .emit(&mut buf[wire::OVERHEAD..]);
     // Its checksum is its own: over its version byte (a version-1 frame's is another

@@ -2,7 +2,8 @@
 //! Each is a few words of state (its session, the node under test's session, sequence
 //! numbers, the eager credit it was granted and has used) and speaks just enough of the
 //! wire protocol to send small standard messages to the node under test: `Connect`, then
-//! `Small` frames within its credit; it reads the `ConnectAck`, the acks (their cumulative
+//! `Small` frames within its credit (flagged for an ack at once when under a quarter of it is
+//! left, as the engine's sender does); it reads the `ConnectAck`, the acks (their cumulative
 //! credit release) and acknowledges any sequenced frame it is sent. Running N full engines
 //! instead would measure N engines; this measures the one engine that holds N peers.
 
@@ -153,6 +154,8 @@ impl Nodes {
             max_frame: self.link.max_frame() as u32,
             window: 1024,
             eager_credit: 0,
+            // Every frame from the node under test is acknowledged at once.
+            max_ack_delay_us: 0,
         }
         .emit(&mut p);
         self.push(h, &p);
@@ -162,6 +165,15 @@ impl Nodes {
         let len = self.payload.len();
         let n = &mut self.nodes[i];
         n.used = n.used.wrapping_add(eager_cost(len));
+        // Under a quarter of the grant left: the frame asks for its ack at once, which brings
+        // the credit back (what the engine's sender does: `wire::FLAG_ACK_NOW`); otherwise
+        // the node under test may hold the ack while its loop is busy.
+        let left = n.grant.wrapping_add(n.released).wrapping_sub(n.used);
+        let flags = if left < n.grant / 4 {
+            wire::FLAG_ACK_NOW
+        } else {
+            0
+        };
         let seq = n.next_seq;
         n.next_seq = n.next_seq.wrapping_add(1);
         let h = Repr {
@@ -172,6 +184,7 @@ impl Nodes {
             match_bits: self.bits,
             length: len as u32,
             total: len as u64,
+            flags,
             ..self.header(i, Kind::Small)
         };
         let p = std::mem::take(&mut self.payload);

@@ -138,6 +138,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.conn.frag = (max_frame - wire::OVERHEAD) as u32;
         peer.conn.remote_window = c.window;
         peer.conn.last_rx = now;
+        peer.stream.set_peer_ack_delay(c.max_ack_delay_us);
         // A peer of this version grants at least the first credit (already spent, maybe).
         peer.credit.grant = c.eager_credit.max(wire::FIRST_CREDIT);
         self.flush_waiting(p);
@@ -187,6 +188,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.stats.drop_stale += 1;
             }
             PeerState::Connecting => {
+                // The handshake's round trip is the stream's first RTT sample (the answer
+                // goes at once), if the Connect went once (Karn).
+                let conn = &self.peers[p].conn;
+                if conn.connect_tries == 1 {
+                    let rtt = now.saturating_sub(conn.connect_sent);
+                    self.peers[p].stream.rtt_sample(rtt);
+                }
                 self.accept(p, r.src_session, r.seq, c, now);
                 // What the peer took of what rode along, and the credit it released.
                 self.on_ack(p, r.ack, r.credit, None, None, now);

@@ -107,7 +107,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // The released credit rides on the next ack, which goes out with traffic, by the
         // burst, or when the loop runs idle: not a standalone ack per message.
         if peer.stream.ack_due.is_none() {
-            peer.stream.ack_due = Some(self.now + self.cfg.ack_delay_ns);
+            peer.stream.ack_due = Some(self.now + self.cfg.max_ack_delay_ns);
             self.mark_active(p);
         }
         if sync && self.finish_local_send(p, msg_id, Kind::Matched) {

@@ -54,7 +54,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // The peer's entry is borrowed once for everything the frame does to it (the
         // connection check, its ack and credit, the receive order); the rest of the engine
         // is reached by its other fields.
-        let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
+        let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
         let mut peer = &mut self.peers[p];
         let conn = &mut peer.conn;
         // A frame that rode behind the peer's Connect names none of our connections yet, and
@@ -66,9 +66,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_stale += 1;
             return;
         }
-        // Heard from last longer ago than an ack may wait: acknowledged at the end of this
-        // burst (as rx.rs, `on_sequenced`, does).
-        let quiet = now.saturating_sub(conn.last_rx) > delay;
         // Its ack and credit (rx.rs, `on_ack`): the work only if they moved.
         conn.last_rx = now;
         if !rode {
@@ -81,7 +78,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let fast = h.seq == peer.stream.rcv_next
             && peer.stream.reorder.is_empty()
             && peer.msgs.in_eager.is_none()
-            && h.flags as u16 & !wire::FLAG_PAYLOAD_CK == 0
+            && h.flags as u16 & !(wire::FLAG_PAYLOAD_CK | wire::FLAG_ACK_NOW) == 0
             && self.copy_fifo.is_empty();
         let front = if fast {
             take_front(
@@ -95,7 +92,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             None
         };
         let Some((id, buf)) = front else {
-            return self.on_sequenced(p, &h.repr(), f, now, quiet);
+            return self.on_sequenced(p, &h.repr(), f, now);
         };
         // The message is consumed: its credit goes back with the next ack, and the stream
         // moves on (nothing is held behind it: the reorder buffer is empty).
@@ -107,7 +104,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             stream.ack_due = Some(now + delay);
         }
         stream.advance();
-        if quiet {
+        if h.flags as u16 & wire::FLAG_ACK_NOW != 0 {
+            // The sender wants its ack now (as rx.rs, `on_sequenced`): at the end of this burst.
             stream.ack_soon();
             if !peer.in_active {
                 // Most likely all its transmit visit will do is this ack: the cheaper visit

@@ -281,10 +281,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// go on the active list. A peer whose ack went out meanwhile (with a frame, or alone)
     /// owes none; one owing a later ack by now (the earlier went out, and a frame came since)
     /// is queued again for that one.
+    /// At most what one transmit pass sends (two bursts) is moved per poll: with thousands
+    /// of acks held when the loop runs idle, the active list would otherwise hold them all,
+    /// and each pass would walk all of it to send two bursts' worth (quadratic in the acks
+    /// held); the rest stay queued, in order, for the next polls.
     fn delayed_acks_due(&mut self, now: u64) {
         let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
+        let mut room = self.cfg.burst * 2;
         while let Some(&(p, due)) = self.ack_timers.front() {
-            if due > now && !quiet {
+            if (due > now && !quiet) || room == 0 {
                 break;
             }
             self.ack_timers.pop_front();
@@ -295,7 +300,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     s.ack_queued = true;
                     self.ack_timers.push_back((p, t));
                 }
-                Some(_) => self.mark_active(p),
+                Some(_) => {
+                    self.mark_active(p);
+                    room -= 1;
+                }
                 None => {}
             }
         }
@@ -349,6 +357,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// peers that operations only wait on, cost no work per pass.
     pub fn armed_peers(&self) -> usize {
         self.armed.len()
+    }
+
+    /// Whether no peer has a frame or an ack waiting to go out: none on the active list, none
+    /// in the delayed-ack queue (acks held go out when due, or once the loop has run idle for
+    /// `Config::ack_idle_ns`, at most two bursts a poll). Frames unacknowledged are not
+    /// counted.
+    pub fn nothing_to_send(&self) -> bool {
+        self.active.is_empty() && self.quick_acks.is_empty() && self.ack_timers.is_empty()
     }
 
     /// Peers in the keepalive queue: operations wait on them, nothing else is timed; each

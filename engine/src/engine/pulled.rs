@@ -49,7 +49,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.stats.drop_stale += 1;
             return;
         }
-        let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
         // Its ack and credit (rx.rs, `on_ack`, written out: the work only if they moved).
         let peer = &mut self.peers[p];
         peer.conn.last_rx = now;
@@ -59,15 +58,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         let stream = &self.peers[p].stream;
         if h.seq != stream.rcv_next || !stream.reorder.is_empty() {
-            return self.on_sequenced(p, &h.repr(), f, now, quiet);
+            return self.on_sequenced(p, &h.repr(), f, now);
         }
         // Next in order, nothing held behind it: what `on_sequenced` does for it.
         self.on_pull_data(p, h.msg_id, h.offset, h.length as u32, f);
-        let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
+        let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
         let peer = &mut self.peers[p];
         let s = &mut peer.stream;
         s.advance();
-        if quiet {
+        if h.flags as u16 & wire::FLAG_ACK_NOW != 0 {
             s.ack_soon();
         } else {
             s.schedule_ack(now, every, delay);

@@ -165,13 +165,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     s.ack_now = true;
                     self.mark_active(p);
                 } else {
-                    // Heard from last longer ago than an ack may wait: an ack delayed for more
-                    // of its frames would most likely go alone all the same.
-                    let quiet = now.saturating_sub(conn.last_rx) > self.cfg.ack_delay_ns;
                     if !rode {
                         self.on_ack(p, r.ack, r.credit, None, None, now);
                     }
-                    self.on_sequenced(p, r, f, now, quiet);
+                    self.on_sequenced(p, r, f, now);
                 }
             }
         }
@@ -268,12 +265,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// A sequenced frame: delivered if next in order (with those held behind it), held if
-    /// ahead of a gap, dropped if already delivered. From a `quiet` peer (not heard from for
-    /// longer than the ack delay) it is acknowledged at the end of this burst, while the
-    /// peer's state is still in cache, rather than after the delay: with many peers each
-    /// sending now and then (65,536 peers, a message each per ~25 ms) a delayed ack finds
-    /// nothing to coalesce, and would cost the peer a second visit (and a cache miss) later.
-    pub(super) fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64, quiet: bool) {
+    /// ahead of a gap, dropped if already delivered. Flagged `FLAG_ACK_NOW`, it is
+    /// acknowledged at the end of this burst; otherwise its ack waits (`schedule_ack`) for a
+    /// frame out to the peer, more frames from it, the loop running idle, or
+    /// `max_ack_delay_ns`: with many peers each sending now and then (65,536 peers, a
+    /// message each every few ms) that is what lets one ack cover several messages.
+    pub(super) fn on_sequenced(&mut self, p: usize, r: &Repr, f: L::Frame, now: u64) {
+        let ack_now = r.flags & wire::FLAG_ACK_NOW != 0;
         match self.peers[p].stream.arrival(r.seq, self.cfg.window) {
             Arrival::Next => {
                 if !self.process(p, r, f) {
@@ -294,9 +292,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     }
                     self.peers[p].stream.advance();
                 }
-                let (every, delay) = (self.cfg.ack_every, self.cfg.ack_delay_ns);
+                let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
                 let s = &mut self.peers[p].stream;
-                if quiet {
+                if ack_now {
                     s.ack_soon();
                 } else {
                     s.schedule_ack(now, every, delay);

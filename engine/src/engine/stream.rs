@@ -8,7 +8,7 @@
 use super::lazy::Lazy;
 use super::types::ReqId;
 use crate::config::Config;
-use crate::wire::{AckRepr, Kind};
+use crate::wire::{self, AckRepr, Kind};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Frames resent when the retransmit timer fires again without the cumulative ack having
@@ -112,11 +112,16 @@ impl Rtt {
             self.srtt = ((7 * srtt + r) / 8).max(1) as u32;
         }
     }
-    fn rto(&self, c: &Config) -> u64 {
-        if !self.valid() {
-            return c.rto_initial_ns;
-        }
-        (self.srtt as u64 + 4 * self.rttvar as u64).clamp(c.rto_min_ns, c.rto_max_ns)
+    /// The retransmit timeout of a frame whose ack the receiver may hold for up to
+    /// `ack_delay` (the peer's advertised delay, or 0 for a frame flagged `FLAG_ACK_NOW`): the
+    /// RTT estimate's bound plus that delay (QUIC's PTO does the same with max_ack_delay).
+    fn rto(&self, c: &Config, ack_delay: u64) -> u64 {
+        let rto = if !self.valid() {
+            c.rto_initial_ns
+        } else {
+            (self.srtt as u64 + 4 * self.rttvar as u64).clamp(c.rto_min_ns, c.rto_max_ns)
+        };
+        rto + ack_delay
     }
 }
 
@@ -217,6 +222,9 @@ pub(super) struct Stream<F> {
     pub(super) keepalive_queued: bool,
     /// In the engine's queue of delayed acks (`Engine::ack_timers`; as `keepalive_queued`).
     pub(super) ack_queued: bool,
+    /// Longest the peer holds an ack (µs, advertised at connect: `ConnectRepr`
+    /// `max_ack_delay_us`; the protocol's limit until then).
+    peer_ack_delay_us: u16,
 }
 
 impl<F> Default for Stream<F> {
@@ -242,6 +250,7 @@ impl<F> Default for Stream<F> {
             ack_now: false,
             keepalive_queued: false,
             ack_queued: false,
+            peer_ack_delay_us: (wire::ACK_DELAY_LIMIT_NS / 1_000) as u16,
         }
     }
 }
@@ -412,13 +421,17 @@ impl<F: 'static> Stream<F> {
             }
             // The sample: frames are numbered as they are first sent, so the newest sent
             // once among them is the last one sent once (found from the end, not kept as a
-            // running maximum over every frame).
+            // running maximum over every frame). Only if that frame asked for its ack at
+            // once: any other ack may have been held by the receiver for up to
+            // the delay it advertised, which would read as round-trip time (and the timeout,
+            // which adds that delay already, would count it twice).
             if let Some(d) = self
                 .unacked
                 .range(..n)
                 .rev()
                 .find(|d| !d.acked && d.retries == 0)
                 && d.first_sent >= sample.since
+                && d.flags & wire::FLAG_ACK_NOW != 0
             {
                 sample.newest = Some(d.first_sent);
             }
@@ -441,6 +454,16 @@ impl<F: 'static> Stream<F> {
         if let Some(sent) = sample.newest {
             self.rtt.sample(now.saturating_sub(sent));
         }
+    }
+
+    /// The delay the peer advertised at connect (µs): the longest it holds an ack.
+    pub(super) fn set_peer_ack_delay(&mut self, us: u32) {
+        self.peer_ack_delay_us = us.min((wire::ACK_DELAY_LIMIT_NS / 1_000) as u32) as u16;
+    }
+
+    /// A round-trip sample taken outside the stream (the handshake's).
+    pub(super) fn rtt_sample(&mut self, r: u64) {
+        self.rtt.sample(r);
     }
 
     /// Whether `ack` lies between the first frame not acknowledged and the next to send:
@@ -550,7 +573,8 @@ impl<F: 'static> Stream<F> {
     }
 
     /// After delivering in order: ack at once every `ack_every` frames or while a gap remains,
-    /// otherwise within `ack_delay_ns` (or with the next frame out).
+    /// otherwise within `ack_delay_ns` (or with the next frame out, or when the loop runs
+    /// idle).
     pub(super) fn schedule_ack(&mut self, now: u64, ack_every: u32, ack_delay_ns: u64) {
         if self.ack_owed >= ack_every || !self.reorder.is_empty() {
             self.ack_now = true;
@@ -584,8 +608,19 @@ impl<F: 'static> Stream<F> {
 
     /// Resends what was lost, then sends pending frames while fewer than `limit` are
     /// unacknowledged, as long as `src` has room. Sequenced frames carry the ack, so an ack
-    /// owed is then paid.
-    pub(super) fn transmit(&mut self, src: &mut impl FrameSource, now: u64, limit: usize) -> Sent {
+    /// owed is then paid. A frame asks the receiver for its ack at once
+    /// (`wire::FLAG_ACK_NOW`: not held up to the peer's ack delay) when it is a
+    /// retransmission (loss recovery waits on it), when it fills the window to three quarters
+    /// or to the end (the ack frees the window before the sender stalls on it), and while
+    /// `low_credit` (the sender's eager credit is nearly used up: the ack returns it). Only
+    /// such frames (and the handshake) give round-trip samples.
+    pub(super) fn transmit(
+        &mut self,
+        src: &mut impl FrameSource,
+        now: u64,
+        limit: usize,
+        low_credit: bool,
+    ) -> Sent {
         let mut out = Sent {
             frames: 0,
             retransmits: 0,
@@ -611,6 +646,7 @@ impl<F: 'static> Stream<F> {
             // header).
             let d = TxDesc {
                 retries: d.retries + 1,
+                flags: d.flags | wire::FLAG_ACK_NOW,
                 ..*d
             };
             match src.emit(&d) {
@@ -654,6 +690,10 @@ impl<F: 'static> Stream<F> {
             d.seq = self.next_seq;
             d.first_sent = now;
             d.last_sent = now;
+            let n = self.unacked.len() + 1;
+            if low_credit || n == limit || n == limit - limit / 4 {
+                d.flags |= wire::FLAG_ACK_NOW;
+            }
             // The sequence number is taken only once the frame is built: a frame that finds
             // no buffer must not leave a hole that the receiver would buffer everything
             // behind (holding the very buffers the sender is short of). A frame whose
@@ -707,7 +747,14 @@ impl<F: 'static> Stream<F> {
             scan.dead = true;
             return scan;
         }
-        let wait = (self.rtt.rto(cfg) << self.rto_backoff.min(16)).min(cfg.rto_max_ns);
+        // The receiver may hold the ack of a frame not flagged for an ack at once; once a
+        // probe is out (backed off), the probe's answer is never held.
+        let held = if d.flags & wire::FLAG_ACK_NOW != 0 || self.rto_backoff > 0 {
+            0
+        } else {
+            self.peer_ack_delay_us as u64 * 1_000
+        };
+        let wait = (self.rtt.rto(cfg, held) << self.rto_backoff.min(16)).min(cfg.rto_max_ns);
         if self.probe || now.saturating_sub(d.last_sent.max(self.last_rto)) < wait {
             return scan;
         }

@@ -342,7 +342,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The stream's (re)transmissions to peer `p`, within its window.
     fn transmit_stream(&mut self, link: &mut L, p: usize, now: u64, budget: usize) -> usize {
-        let limit = self.cfg.window.min(self.peers[p].conn.remote_window) as usize;
+        let peer = &self.peers[p];
+        let limit = self.cfg.window.min(peer.conn.remote_window) as usize;
+        // Under a quarter of the peer's grant left: the frames ask for their acks at once,
+        // which bring the credit back (wire::FLAG_ACK_NOW).
+        let low_credit = peer.credit.avail() < peer.credit.grant / 4;
         // The stream is taken out while it drives the burst: building a frame needs the
         // engine (the send's buffer, the copy engine, a failed send's completion), never
         // the stream itself.
@@ -357,6 +361,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             },
             now,
             limit,
+            low_credit,
         );
         self.peers[p].stream = stream;
         self.stats.retransmits += out.retransmits;
@@ -412,6 +417,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             max_frame: self.cfg.max_frame as u32,
             window: self.cfg.window,
             eager_credit: self.grant_for_new_peer(p),
+            max_ack_delay_us: (self.cfg.max_ack_delay_ns / 1_000) as u32,
         };
         let mut payload = [0u8; wire::CONNECT_PAYLOAD_LEN];
         c.emit(&mut payload);

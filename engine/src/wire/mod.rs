@@ -38,7 +38,19 @@ pub const ETHERTYPE: u16 = 0x88b5;
 /// rotate-add chain instead of a multiply per word (the small-message and ack paths'
 /// cost). Version 6: [`Kind::PullData`] under a 42-byte little-endian header of its own
 /// (`pull.rs`; the rendezvous receiver's per-frame cost, and 38 more payload bytes a frame).
-pub const VERSION: u8 = 6;
+/// Version 7: a receiver may hold an ack while its loop is busy for up to the delay it
+/// advertises at connect ([`ConnectRepr`] `max_ack_delay_us`, 16 bytes), and acknowledges a
+/// frame flagged [`FLAG_ACK_NOW`] at once; a sender's retransmit timeout allows for that
+/// delay (a version-6 peer would time out on it).
+pub const VERSION: u8 = 7;
+
+/// The most a node may hold an ack owed while its loop is busy (`Config::max_ack_delay_ns`,
+/// advertised at connect): an ack owed goes out with the next frame to the peer, every
+/// `ack_every` frames, once the receiver's loop runs idle, or at the latest that long after
+/// the frame that opened it. A sender's retransmit timeout adds the peer's delay to the
+/// round-trip estimate, so a held ack never looks like a loss; a sender that needs its ack
+/// sooner flags the frame [`FLAG_ACK_NOW`]. A peer advertising more is taken at this.
+pub const ACK_DELAY_LIMIT_NS: u64 = 50_000_000;
 
 /// Eager credit every connection starts with, known to both sides before the handshake
 /// completes: a node's grant is never less, so the first small message to a node goes right
@@ -202,6 +214,11 @@ pub const FLAG_PAYLOAD_CK: u16 = 1 << 3;
 /// Header flag on an Ack: it answers a [`Kind::Probe`]; the frames sent before the probe and
 /// acknowledged neither cumulatively nor selectively did not arrive.
 pub const FLAG_PROBE_REPLY: u16 = 1 << 5;
+/// Header flag on any sequenced frame (full, compact or pull header): acknowledge it at once,
+/// do not hold the ack (wire version 7). Set on retransmissions, on the frames that bring the
+/// sender's window or eager credit near its end (and on a probe's answer: a probe is always
+/// answered at once).
+pub const FLAG_ACK_NOW: u16 = 1 << 6;
 /// Header flag on a Fin: no endpoint here takes message `msg_id` (never open, or closed):
 /// the send fails instead of completing.
 pub const FLAG_NO_ENDPOINT: u16 = 1 << 4;

@@ -50,9 +50,12 @@ pub struct ConnectRepr {
     pub window: u32,
     /// Eager bytes the sender reserves for this peer in its unexpected store.
     pub eager_credit: u32,
+    /// Longest the sender holds an ack owed while its loop is busy, in µs (wire version 7;
+    /// the peer's retransmit timeout adds it; taken as at most `ACK_DELAY_LIMIT_NS`).
+    pub max_ack_delay_us: u32,
 }
 
-pub const CONNECT_PAYLOAD_LEN: usize = 12;
+pub const CONNECT_PAYLOAD_LEN: usize = 16;
 
 impl ConnectRepr {
     pub fn parse(p: &[u8]) -> Result<ConnectRepr, Error> {
@@ -64,6 +67,7 @@ impl ConnectRepr {
             max_frame: u(0),
             window: u(4),
             eager_credit: u(8),
+            max_ack_delay_us: u(12),
         };
         if (r.max_frame as usize) < OVERHEAD + 64 || r.window == 0 {
             return Err(Error::Malformed);
@@ -74,5 +78,6 @@ impl ConnectRepr {
         p[0..4].copy_from_slice(&self.max_frame.to_be_bytes());
         p[4..8].copy_from_slice(&self.window.to_be_bytes());
         p[8..12].copy_from_slice(&self.eager_credit.to_be_bytes());
+        p[12..16].copy_from_slice(&self.max_ack_delay_us.to_be_bytes());
     }
 }
