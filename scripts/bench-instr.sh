@@ -8,11 +8,14 @@
 # loop (scripts/callgrind-incl.py, python3). Prints instructions per message per side, the functions
 # that cost the most, and writes target/bench/instr.json.
 #     scripts/bench-instr.sh [N]        (default N = 20000; `make bench-instr`)
-# With --peers P: engine A of `tigon bench scale --peers P` (one engine receiving from P
-# simulated remote nodes, uniform then hot-set traffic), per message it receives: its poll and
-# receives, less the in-memory link's calls made by the engine (the simulated nodes call the
-# same link functions: their calls are theirs), and A's frames sent per message (its acks).
-#     scripts/bench-instr.sh --peers 65536 [N]
+# With --peers P: engine A of `tigon bench scale --peers P --virtual-clock` (one engine
+# receiving from P simulated remote nodes, uniform then hot-set traffic), per message it
+# receives: its poll and receives, less the in-memory link's calls made by the engine (the
+# simulated nodes call the same link functions: their calls are theirs), and A's frames sent
+# per message (its acks). The virtual clock moves A's time at its native pace: under
+# callgrind's ~50x slowdown a real clock would let far fewer messages share an ack than a
+# native run does. Arguments after N go to `bench scale` (e.g. --max-ack-delay-us 1000).
+#     scripts/bench-instr.sh --peers 65536 [N [bench scale arguments]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 peers=""
@@ -22,6 +25,8 @@ if [ "${1:-}" = "--peers" ]; then
     shift 2
 fi
 n=${1:-20000}
+shift $(( $# > 0 ? 1 : 0 ))
+extra=("$@")
 case "$n" in '' | *[!0-9]*) echo "bench-instr: N must be a positive integer, not '$n'" >&2; exit 2 ;; esac
 target=${CARGO_TARGET_DIR:-target}
 # The binary of the `bench-instr` profile (release, one codegen unit), built by `make
@@ -48,7 +53,8 @@ if [ -n "$peers" ]; then
     scount() {
         valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::Pair::traffic*' \
             --callgrind-out-file="$tmp/cg.$1" \
-            "$tigon" bench scale --peers "$peers" --messages "$1" >"$tmp/out.$1" 2>"$tmp/err.$1" ||
+            "$tigon" bench scale --peers "$peers" --messages "$1" --virtual-clock "${extra[@]}" \
+            >"$tmp/out.$1" 2>"$tmp/err.$1" ||
             { cat "$tmp/err.$1" >&2; exit 1; }
         awk '/^totals:/ {print $2}' "$tmp/cg.$1"
     }
@@ -72,6 +78,8 @@ if [ -n "$peers" ]; then
     rest=$(( (t2 - t1) / msgs - engine - link ))
     echo "bench scale --peers $peers: instructions per message received by engine A (N=$n, 2N=$((2 * n)) per phase, uniform and hot phases)"
     echo "  engine A: $engine, the in-memory link (A's calls): $link, the simulated nodes and the loop: $rest"
+    echo "  the 2N run's table (under callgrind: rates are not meaningful, frames per message are):"
+    sed -n '/^ *peers/,/^$/p' "$tmp/out.$((2 * n))" | sed 's/^/    /'
     cat >"$out/instr-scale-$peers.json" <<JSON
 {"bench": "instr-scale", "command": "scripts/bench-instr.sh --peers $peers $n", "revision": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
  "results": {"peers": $peers, "messages": $n, "engine_per_msg": $engine, "link_per_msg": $link, "nodes_and_loop_per_msg": $rest}}

@@ -74,6 +74,14 @@ enum Which {
         /// engine A's one (what `make bench-instr` counts, both sides of a message).
         #[arg(long)]
         pair: bool,
+        /// Engine A's longest ack hold while busy, in µs (`Config::max_ack_delay_ns`;
+        /// default: the engine's).
+        #[arg(long)]
+        max_ack_delay_us: Option<u64>,
+        /// Engine A's clock moves at its native pace per poll and message, not with the
+        /// wall clock (for instruction counts under callgrind: `scripts/bench-instr.sh`).
+        #[arg(long)]
+        virtual_clock: bool,
     },
 }
 
@@ -185,6 +193,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             peers,
             messages,
             pair,
+            max_ack_delay_us,
+            virtual_clock,
         } => {
             if messages == 0 {
                 return Err("--messages 0: use at least 1".into());
@@ -203,7 +213,11 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 }
                 return Ok(());
             }
-            let r = scale::run(&peers, messages)?;
+            let opts = scale::Options {
+                max_ack_delay_us,
+                virtual_clock,
+            };
+            let r = scale::run(&peers, messages, &opts)?;
             println!("{}", scale::render(&r));
             let idle = r.rows.last().map(|x| x.idle_peer_bytes);
             let targets = [
