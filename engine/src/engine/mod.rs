@@ -278,9 +278,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// The delayed acks due now (or all of them, once the link has gone quiet): their peers
-    /// go on the active list. A peer whose ack went out meanwhile (with a frame, or alone)
-    /// owes none; one owing a later ack by now (the earlier went out, and a frame came since)
-    /// is queued again for that one.
+    /// go on the quick-ack list (tx.rs, `quick_acks`), or the active list from there. A peer
+    /// whose ack went out meanwhile (with a frame, or alone) owes none; one owing a later ack
+    /// by now (the earlier went out, and a frame came since) is queued again for that one.
     /// At most what one transmit pass sends (two bursts) is moved per poll: with thousands
     /// of acks held when the loop runs idle, the active list would otherwise hold them all,
     /// and each pass would walk all of it to send two bursts' worth (quadratic in the acks
@@ -301,7 +301,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.ack_timers.push_back((p, t));
                 }
                 Some(_) => {
-                    self.mark_active(p);
+                    // Due: most likely all its visit will do is this ack, the cheaper visit
+                    // (tx.rs, `quick_acks`; it hands the peer to the full pass otherwise).
+                    s.ack_now = true;
+                    let peer = &mut self.peers[p];
+                    if !peer.in_active {
+                        peer.in_active = true;
+                        self.quick_acks.push(p);
+                    }
                     room -= 1;
                 }
                 None => {}
