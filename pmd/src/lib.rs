@@ -35,4 +35,5 @@ pub use error::{Error, Result};
 pub use extmem::ExtMem;
 pub use mbuf::Mbuf;
 pub use mempool::{DEFAULT_DATA_ROOM, HEADROOM, JUMBO_DATA_ROOM, MAX_NAME_LEN, Mempool};
+pub use memzone::{MemsegFd, MemsegFdState};
 pub use port::{Link, MEMIF_BSIZE, Port, PortConfig, PortStats};

@@ -4,7 +4,7 @@
 //! frames: that port reaches only DPDK's memory, and only the first memseg list of it.
 
 use std::ffi::{CString, c_int, c_void};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -183,4 +183,103 @@ fn describe(addr: *mut u8, len: usize, page: usize) -> Result<(OwnedFd, u64, Vec
     }
     // SAFETY: raw is a fresh fd we own.
     Ok((unsafe { OwnedFd::from_raw_fd(raw) }, start, iovas))
+}
+
+/// DPDK's own descriptor of the file behind its first memseg list, kept under its number.
+///
+/// memif's zero-copy client (DPDK 22.11, `memif_connect`) closes the descriptor it got from
+/// `rte_memseg_get_fd` for its region 1 each time it connects, though that is the EAL's own
+/// descriptor of the list's file, which the EAL goes on using: to grow or shrink the list's
+/// memory, to hand it to the next connection, to close it at cleanup. The number then names
+/// whatever the process opens next (a rank's channel, a socket). [`MemsegFd::restore`] puts
+/// a duplicate of the file back under the number while it is free.
+pub struct MemsegFd {
+    number: c_int,
+    keep: OwnedFd,
+    id: (u64, u64),
+}
+
+/// What [`MemsegFd::restore`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemsegFdState {
+    /// The number names the list's file.
+    Intact,
+    /// It was closed; it names the file again.
+    Restored,
+    /// Something else took the number: the EAL must not touch that list's file again.
+    Taken,
+}
+
+/// (device, inode) of an open descriptor.
+fn file_id(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: fstat writes into a zeroed stat buffer we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: plain syscall; an invalid fd is an error, not UB.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+impl MemsegFd {
+    /// The descriptor of the first memseg list that has memory (memif's region 1), before
+    /// any zero-copy port has connected.
+    pub fn first_list(_eal: &Eal) -> Result<MemsegFd> {
+        let mut seg: *const sys::rte_memseg = std::ptr::null();
+        unsafe extern "C" fn first_seg(
+            _msl: *const sys::rte_memseg_list,
+            ms: *const sys::rte_memseg,
+            arg: *mut c_void,
+        ) -> c_int {
+            // SAFETY: `arg` is the pointer `first_list` passed, alive for the walk.
+            unsafe { *arg.cast::<*const sys::rte_memseg>() = ms };
+            1
+        }
+        // SAFETY: the callback only records the segment; `seg` outlives the walk.
+        unsafe { sys::rte_memseg_walk(Some(first_seg), (&raw mut seg).cast()) };
+        if seg.is_null() {
+            return Err(Error::InvalidArgument("DPDK has no memory segment".into()));
+        }
+        // SAFETY: a segment DPDK gave us; the call only looks it up.
+        let number = unsafe { sys::rte_memseg_get_fd(seg) };
+        if number < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "DPDK's memory has no file ({})",
+                crate::error::strerror(crate::error::rte_errno())
+            )));
+        }
+        // SAFETY: duplicating an open descriptor into a fresh one we own.
+        let raw = unsafe { libc::fcntl(number, libc::F_DUPFD_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(Error::io("duplicating DPDK's memory file descriptor"));
+        }
+        // SAFETY: raw is a fresh fd we own.
+        let keep = unsafe { OwnedFd::from_raw_fd(raw) };
+        let id = file_id(raw).ok_or_else(|| Error::io("fstat of DPDK's memory file"))?;
+        Ok(MemsegFd { number, keep, id })
+    }
+
+    /// The descriptor number the EAL uses.
+    pub fn number(&self) -> c_int {
+        self.number
+    }
+
+    /// Puts the list's file back under its number if the number is free (atomically: never
+    /// over a descriptor someone else opened).
+    pub fn restore(&self) -> MemsegFdState {
+        match file_id(self.number) {
+            Some(id) if id == self.id => return MemsegFdState::Intact,
+            Some(_) => return MemsegFdState::Taken,
+            None => {}
+        }
+        // SAFETY: F_DUPFD gives the lowest free number >= `number`: `number` itself if it is
+        // free, never one in use.
+        let got = unsafe { libc::fcntl(self.keep.as_raw_fd(), libc::F_DUPFD, self.number) };
+        if got == self.number {
+            MemsegFdState::Restored
+        } else {
+            if got >= 0 {
+                // SAFETY: the duplicate we just made under another number, ours to close.
+                unsafe { libc::close(got) };
+            }
+            MemsegFdState::Taken
+        }
+    }
 }

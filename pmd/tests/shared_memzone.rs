@@ -2,12 +2,16 @@
 //! zero-copy port shares its receive frames: a memzone in the first memseg list whose bytes
 //! another mapping of the list's file shows, through a descriptor that cannot write, and a
 //! pool whose frames lie there. Its own EAL (`--in-memory --single-file-segments`, as the
-//! agent starts it for such a port), so a file of its own.
+//! agent starts it for such a port), so a file of its own. And that file's descriptor, which
+//! memif's zero-copy client closes under the EAL when it connects, put back.
 
 use std::io::Write;
 use std::sync::OnceLock;
 
-use tigon_pmd::{DEFAULT_DATA_ROOM, Eal, ExtMem, Hugepages, JUMBO_DATA_ROOM, Mempool};
+use tigon_pmd::{
+    DEFAULT_DATA_ROOM, Eal, ExtMem, Hugepages, JUMBO_DATA_ROOM, Mempool, MemsegFd, MemsegFdState,
+    Port, PortConfig,
+};
 use tigon_shm::ReadOnlyRegion;
 
 fn eal() -> Eal {
@@ -84,4 +88,43 @@ fn a_memzone_is_shared_read_only_and_holds_a_pools_frames() {
     // Bad names are refused.
     assert!(ExtMem::shared_memzone(&eal, "", 1 << 20).is_err());
     assert!(ExtMem::shared_memzone(&eal, &"n".repeat(40), 1 << 20).is_err());
+}
+
+/// DPDK 22.11's memif zero-copy client closes the EAL's own descriptor of its first memseg
+/// list's file when it connects (`memif_connect`); `MemsegFd` puts the file back under the
+/// EAL's number, so the EAL does not go on using a number that names some other file.
+#[test]
+fn a_zero_copy_memif_connection_closes_dpdks_memory_file_and_it_is_put_back() {
+    let eal = eal();
+    let fd = MemsegFd::first_list(&eal).expect("the first list's file");
+    assert_eq!(fd.restore(), MemsegFdState::Intact, "nothing closed it yet");
+    let sock = std::env::temp_dir().join(format!("tt-mz-{}.sock", std::process::id()));
+    let pool = |n: &str| Mempool::new(&eal, n, 1023, DEFAULT_DATA_ROOM).expect("pool");
+    let (pa, pb) = (pool("tt_mif_a"), pool("tt_mif_b"));
+    let port = |dev: &str, p: &Mempool| {
+        Port::open(
+            &eal,
+            &format!("{dev},socket={}", sock.display()),
+            p,
+            &PortConfig::default(),
+        )
+        .expect("memif port")
+    };
+    let _a = port("net_memif0,role=server", &pa);
+    let b = port("net_memif1,role=client,zero-copy=yes", &pb);
+    let t0 = std::time::Instant::now();
+    while !b.link().is_ok_and(|l| l.up) {
+        assert!(t0.elapsed().as_secs() < 10, "memif never connected");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Connected: the EAL's descriptor is gone (nothing in this process opened another in
+    // between to take its number), and comes back.
+    assert_eq!(fd.restore(), MemsegFdState::Restored);
+    assert_eq!(fd.restore(), MemsegFdState::Intact);
+    let again = MemsegFd::first_list(&eal).expect("the list's file again");
+    assert_eq!(
+        again.number(),
+        fd.number(),
+        "the EAL's number names its file"
+    );
 }

@@ -10,14 +10,17 @@ use std::path::Path;
 use tigon_engine::channel::Channel;
 use tigon_engine::{Link, MacAddr};
 use tigon_pmd::{
-    DEFAULT_DATA_ROOM, DmaDev, Eal, ExtMem, Hugepages, IovaMode, JUMBO_DATA_ROOM, Mempool, Port,
-    PortConfig,
+    DEFAULT_DATA_ROOM, DmaDev, Eal, ExtMem, Hugepages, IovaMode, JUMBO_DATA_ROOM, Mempool,
+    MemsegFd, Port, PortConfig,
 };
 
 /// What the engines run on: one EAL, and per node its port and dmadev.
 pub struct Dataplane {
     pub eal: Eal,
     pub nodes: Vec<NodePlane>,
+    /// With a memif zero-copy port: the EAL's descriptor of its first memseg list's file,
+    /// which that port closes when it connects (see `MemsegFd`), to put back.
+    pub memseg_fd: Option<MemsegFd>,
 }
 
 /// One node's share of the dataplane.
@@ -39,6 +42,13 @@ pub fn bring_up(nodes: &[NodePlan]) -> Result<Dataplane, String> {
     // only buffers of the first memseg list: in a process with such a port, receive pools
     // the ranks may read are DPDK memory there, and nothing external is registered.
     let zero_copy = nodes.iter().any(|n| memif_zero_copy(&n.settings.devargs)) && !eal.no_huge();
+    let memseg_fd = if zero_copy {
+        MemsegFd::first_list(&eal)
+            .map_err(|e| log::warn!("DPDK's memory file not kept under its number: {e}"))
+            .ok()
+    } else {
+        None
+    };
     let mut planes = Vec::with_capacity(nodes.len());
     for (i, n) in nodes.iter().enumerate() {
         let plane = open_node(&eal, i, &n.args, &n.settings, zero_copy).map_err(|e| {
@@ -50,7 +60,11 @@ pub fn bring_up(nodes: &[NodePlan]) -> Result<Dataplane, String> {
         })?;
         planes.push(plane);
     }
-    Ok(Dataplane { eal, nodes: planes })
+    Ok(Dataplane {
+        eal,
+        nodes: planes,
+        memseg_fd,
+    })
 }
 
 /// Node `i`'s pools, port (opened in its network namespace) and dmadev.

@@ -17,7 +17,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 use tigon_engine::channel::STATE_SHUTDOWN;
 use tigon_engine::{Engine, Link};
-use tigon_pmd::Eal;
+use tigon_pmd::{Eal, MemsegFd, MemsegFdState};
 use tigon_shm::wake::EventFd;
 
 /// Client requests taken from one client's ring per loop.
@@ -114,6 +114,8 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
     let now = Instant::now();
     EngineLoop {
         eal: dp.eal,
+        memseg_fd: dp.memseg_fd,
+        last_memseg_check: 0,
         nodes: served_nodes,
         layout,
         spin: shared.spin,
@@ -155,6 +157,10 @@ struct NodeLoop<'a> {
 
 struct EngineLoop<'a> {
     eal: Eal,
+    /// The EAL's memory file descriptor a memif zero-copy port closes (see `MemsegFd`), and
+    /// when it was last looked at.
+    memseg_fd: Option<MemsegFd>,
+    last_memseg_check: u64,
     nodes: Vec<NodeLoop<'a>>,
     layout: Layout,
     spin: bool,
@@ -192,6 +198,7 @@ impl EngineLoop<'_> {
                 work += self.take_commands();
             }
             self.beat(now);
+            self.keep_memseg_fd(now);
             if self.leaving() {
                 return;
             }
@@ -324,6 +331,35 @@ impl EngineLoop<'_> {
             self.last_beat = now;
             for n in &self.nodes {
                 n.served.beat();
+            }
+        }
+    }
+
+    /// Puts the EAL's memory file back under its descriptor number once a memif zero-copy
+    /// port has closed it (at each connection): every pass in the first two seconds, when
+    /// the port connects and before ranks attach (so little else opens files), then every
+    /// 50 ms (reconnections).
+    fn keep_memseg_fd(&mut self, now: u64) {
+        let Some(m) = &self.memseg_fd else {
+            return;
+        };
+        if now >= 2_000_000_000 && now.saturating_sub(self.last_memseg_check) < 50_000_000 {
+            return;
+        }
+        self.last_memseg_check = now;
+        match m.restore() {
+            MemsegFdState::Intact => {}
+            MemsegFdState::Restored => log::debug!(
+                "memif closed DPDK's memory file descriptor {}: put back",
+                m.number()
+            ),
+            MemsegFdState::Taken => {
+                log::warn!(
+                    "memif closed DPDK's memory file descriptor {} and the number now names \
+                     another file: DPDK must not grow or shrink its memory from now on",
+                    m.number()
+                );
+                self.memseg_fd = None;
             }
         }
     }
