@@ -54,6 +54,11 @@ pub struct AgentArgs {
     /// if that is longer].
     #[arg(long)]
     pub session_idle_ms: Option<u64>,
+    /// While the engine is busy, an ack owed to a peer waits up to this long for more of its
+    /// frames or a frame to it (one ack for several messages), in microseconds, 0 to 50000;
+    /// advertised to peers at connect, whose retransmit timeouts allow for it [default: 5000].
+    #[arg(long)]
+    pub max_ack_delay_us: Option<u64>,
     /// With `--idle yield`: keep polling this long after the last work before sleeping, in
     /// microseconds, 0 to 1000000 [default: 0: the polling is charged to the ranks sharing
     /// the core].
@@ -164,6 +169,7 @@ impl AgentArgs {
             rndv_threshold,
             peer_timeout_ms,
             session_idle_ms,
+            max_ack_delay_us,
             idle_spin_us,
             idle_poll_us,
             cpu_latency,
@@ -455,6 +461,10 @@ impl AgentArgs {
         if let Some(ms) = a.peer_timeout_ms {
             cfg.peer_timeout_ns =
                 in_range("peer-timeout-ms", ms, 100, 3_600_000, " ms")? * 1_000_000;
+        }
+        if let Some(us) = a.max_ack_delay_us {
+            let limit = tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000;
+            cfg.max_ack_delay_ns = in_range("max-ack-delay-us", us, 0, limit, " us")? * 1_000;
         }
         cfg.session_idle_ns = match a.session_idle_ms {
             Some(ms) => {
