@@ -33,6 +33,11 @@ struct Launcher {
 
 impl Launcher {
     fn start(args: &[&str]) -> Launcher {
+        Launcher::start_in(args, None)
+    }
+
+    /// Started with `TMPDIR` = `tmp` when given: its scratch directory lands there.
+    fn start_in(args: &[&str], tmp: Option<&Path>) -> Launcher {
         check_mtl_built();
         let base = std::env::temp_dir().join(format!(
             "tigon-lifecycle-{}-{}",
@@ -40,7 +45,11 @@ impl Launcher {
             args[0]
         ));
         let (out, err) = (base.with_extension("out"), base.with_extension("err"));
-        let child = Command::new(TIGON)
+        let mut c = Command::new(TIGON);
+        if let Some(t) = tmp {
+            c.env("TMPDIR", t);
+        }
+        let child = c
             .args(args)
             .process_group(0)
             .stdin(Stdio::null())
@@ -168,6 +177,23 @@ impl Drop for Owner {
     }
 }
 
+/// A directory under the temporary directory, removed when dropped.
+struct PrivateTmp(PathBuf);
+
+impl PrivateTmp {
+    fn new() -> PrivateTmp {
+        let p = std::env::temp_dir().join(format!("tigon-lifecycle-tmp-{}", std::process::id()));
+        std::fs::create_dir_all(&p).expect("mkdir");
+        PrivateTmp(p)
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// `tigon run` SIGKILLed mid-transfer on memif, then on veth: its agents, mpirun and ranks
 /// die with it. What it leaves (its scratch directory; on veth its namespaces) is named with
 /// its pid: the next `tigon run` removes the first one's, `make clean-netns` the second's,
@@ -175,7 +201,11 @@ impl Drop for Owner {
 #[test]
 fn sigkill_takes_every_child_along() {
     let order = program("order");
-    let tmp = std::env::temp_dir();
+    // A temporary directory of this test's own: every `tigon run` sweeps the scratch of dead
+    // owners in its TMPDIR, so another test's run in the shared /tmp could remove the killed
+    // launcher's directory before this test has looked at it.
+    let scratch = PrivateTmp::new();
+    let tmp = scratch.0.clone();
     let mut live = Owner::new();
     let live_ns = format!("tgA{}-0", live.pid());
     let live_dir = tmp.join(format!("tigon-run-{}-0", live.pid()));
@@ -183,16 +213,19 @@ fn sigkill_takes_every_child_along() {
     std::fs::create_dir_all(&live_dir).expect("mkdir");
 
     for fabric in ["memif", "veth"] {
-        let mut job = Launcher::start(&[
-            "run",
-            "--fabric",
-            fabric,
-            "-np",
-            "2",
-            "--",
-            order.to_str().unwrap(),
-            "1000000",
-        ]);
+        let mut job = Launcher::start_in(
+            &[
+                "run",
+                "--fabric",
+                fabric,
+                "-np",
+                "2",
+                "--",
+                order.to_str().unwrap(),
+                "1000000",
+            ],
+            Some(&tmp),
+        );
         let pid = job.pid();
         let (ranks, all) = job.wait_for(&order, 2);
         let cmds = command_lines(&all);
@@ -229,6 +262,7 @@ fn sigkill_takes_every_child_along() {
             let o = Command::new(TIGON)
                 .args(["run", "-np", "1", "--", "true"])
                 .env("RUST_LOG", "info")
+                .env("TMPDIR", &tmp)
                 .stdin(Stdio::null())
                 .output()
                 .expect("tigon run");
@@ -246,6 +280,7 @@ fn sigkill_takes_every_child_along() {
         } else {
             let o = Command::new("make")
                 .args(["-s", "-C", env!("CARGO_MANIFEST_DIR"), "clean-netns"])
+                .env("TMPDIR", &tmp)
                 .stdin(Stdio::null())
                 .output()
                 .expect("make clean-netns");
@@ -271,11 +306,13 @@ fn sigkill_takes_every_child_along() {
             live.pid()
         );
         assert!(leftovers(pid).is_empty(), "{:#?}", leftovers(pid));
+        assert!(!tmp.join(format!("tigon-run-{}", tag(pid))).exists());
     }
 
     // Once their owner is gone, the next `tigon run` removes them too.
     live.end();
     let o = Command::new(TIGON)
+        .env("TMPDIR", &tmp)
         .args(["run", "-np", "1", "--", "true"])
         .stdin(Stdio::null())
         .output()
