@@ -110,7 +110,7 @@ fn a_zero_copy_memif_connection_closes_dpdks_memory_file_and_it_is_put_back() {
         )
         .expect("memif port")
     };
-    let _a = port("net_memif0,role=server", &pa);
+    let a = port("net_memif0,role=server", &pa);
     let b = port("net_memif1,role=client,zero-copy=yes", &pb);
     let t0 = std::time::Instant::now();
     while !b.link().is_ok_and(|l| l.up) {
@@ -127,4 +127,10 @@ fn a_zero_copy_memif_connection_closes_dpdks_memory_file_and_it_is_put_back() {
         fd.number(),
         "the EAL's number names its file"
     );
+    // Not closed: DPDK 22.11's memif can crash EAL's interrupt thread when a port is closed
+    // while that thread handles a control message of the pair (SIGSEGV in eal-intr-thread
+    // inside memif's message handling, 1 run in ~20 under parallel tests, also with the
+    // client closed first and the server's link seen down); the process ends here anyway.
+    std::mem::forget(b);
+    std::mem::forget(a);
 }
