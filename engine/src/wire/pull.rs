@@ -10,6 +10,7 @@
 //! forgot the connection can answer any of them with a Reset, so a resent fragment keeps
 //! this header (and its length: a pulled block is cut to this header's fragment size once).
 
+use super::small::check_prefix;
 use super::*;
 
 /// The fields of a [`Kind::PullData`] frame: what its sender writes and its receiver reads
@@ -40,18 +41,7 @@ impl PullHeader {
     #[inline]
     pub fn parse(b: &[u8]) -> Result<PullHeader, Error> {
         use field::pull as f;
-        if b.len() < ETH_HEADER_LEN + 2 {
-            return Err(Error::Truncated);
-        }
-        if be16(b, field::ETHERTYPE) != ETHERTYPE {
-            return Err(Error::EtherType);
-        }
-        if b[field::VERSION] != VERSION {
-            return Err(Error::Version);
-        }
-        if b[field::KIND] != Kind::PullData as u8 {
-            return Err(Error::Type);
-        }
+        check_prefix(b, Kind::PullData)?;
         // One length check for the whole header (a fixed-size view), none per field.
         let h: &[u8; PULL_OVERHEAD] = b.first_chunk().ok_or(Error::Truncated)?;
         let len = le16(h, f::LENGTH) as usize;

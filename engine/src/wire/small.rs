@@ -24,6 +24,25 @@ pub struct SmallHeader {
     pub match_bits: u64,
 }
 
+/// The checks every compact header's parse starts with, in [`Frame::new_checked`]'s order
+/// (the same error for the same fault): room for version and kind, EtherType, version, kind.
+#[inline(always)]
+pub(super) fn check_prefix(b: &[u8], kind: Kind) -> Result<(), Error> {
+    if b.len() < ETH_HEADER_LEN + 2 {
+        return Err(Error::Truncated);
+    }
+    if be16(b, field::ETHERTYPE) != ETHERTYPE {
+        return Err(Error::EtherType);
+    }
+    if b[field::VERSION] != VERSION {
+        return Err(Error::Version);
+    }
+    if b[field::KIND] != kind as u8 {
+        return Err(Error::Type);
+    }
+    Ok(())
+}
+
 impl SmallHeader {
     /// Checks a [`Kind::Small`] frame as [`Frame::new_checked`] does (lengths, EtherType,
     /// version, kind, checksum; the same error for the same fault) and reads its compact
@@ -31,18 +50,7 @@ impl SmallHeader {
     #[inline]
     pub fn parse(b: &[u8]) -> Result<SmallHeader, Error> {
         use field::small as s;
-        if b.len() < ETH_HEADER_LEN + 2 {
-            return Err(Error::Truncated);
-        }
-        if be16(b, field::ETHERTYPE) != ETHERTYPE {
-            return Err(Error::EtherType);
-        }
-        if b[field::VERSION] != VERSION {
-            return Err(Error::Version);
-        }
-        if b[field::KIND] != Kind::Small as u8 {
-            return Err(Error::Type);
-        }
+        check_prefix(b, Kind::Small)?;
         // One length check for the whole header (a fixed-size view), none per field.
         let h: &[u8; COMPACT_OVERHEAD] = b.first_chunk().ok_or(Error::Truncated)?;
         let len = h[s::LENGTH] as usize;
