@@ -111,16 +111,7 @@ impl ExtMem {
     /// bytes (e.g. one received from another process). `len` must be a multiple of
     /// `page_size`.
     pub fn from_fd(eal: &Eal, fd: OwnedFd, len: usize, page_size: usize) -> Result<Arc<ExtMem>> {
-        if len == 0
-            || page_size == 0
-            || !len.is_multiple_of(page_size)
-            || !page_size.is_power_of_two()
-        {
-            return Err(Error::InvalidArgument(format!(
-                "external memory of {len} B must be a non-zero multiple of its page size \
-                 ({page_size} B, a power of two)"
-            )));
-        }
+        check_size(len, page_size)?;
         Self::map(eal, fd, len, page_size, page_size != SMALL_PAGE, true)
     }
 
@@ -135,16 +126,7 @@ impl ExtMem {
         len: usize,
         page_size: usize,
     ) -> Result<Arc<ExtMem>> {
-        if len == 0
-            || page_size == 0
-            || !len.is_multiple_of(page_size)
-            || !page_size.is_power_of_two()
-        {
-            return Err(Error::InvalidArgument(format!(
-                "external memory of {len} B must be a non-zero multiple of its page size \
-                 ({page_size} B, a power of two)"
-            )));
-        }
+        check_size(len, page_size)?;
         Self::map(eal, fd, len, page_size, page_size != SMALL_PAGE, false)
     }
 
@@ -384,4 +366,17 @@ impl Drop for ExtMem {
             libc::munmap(p, self.len);
         }
     }
+}
+
+/// `len` bytes of pages of `page_size` bytes: both non-zero, a whole number of pages, the page
+/// size a power of two.
+fn check_size(len: usize, page_size: usize) -> Result<()> {
+    if len == 0 || page_size == 0 || !len.is_multiple_of(page_size) || !page_size.is_power_of_two()
+    {
+        return Err(Error::InvalidArgument(format!(
+            "external memory of {len} B must be a non-zero multiple of its page size \
+             ({page_size} B, a power of two)"
+        )));
+    }
+    Ok(())
 }
