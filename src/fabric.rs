@@ -2,6 +2,7 @@
 //! veth interfaces between network namespaces (af_packet), with optional wire loss from
 //! nftables. Used by `tigon run`, the demo and the benchmarks; everything is torn down on drop.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -624,14 +625,25 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(3);
         for a in &mut self.agents {
             if let Some(mut ch) = a.take() {
+                let mut status = None;
                 while Instant::now() < deadline {
-                    if let Ok(Some(_)) = ch.try_wait() {
+                    if let Ok(Some(st)) = ch.try_wait() {
+                        status = Some(st);
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                let _ = ch.kill();
-                let _ = ch.wait();
+                if status.is_none() {
+                    let _ = ch.kill();
+                    let _ = ch.wait();
+                }
+                // An agent that crashed on its way out (after the job had its results) is
+                // still a bug worth seeing: said, not folded into the job's exit code.
+                if let Some(sig) = status.and_then(|st| st.signal())
+                    && sig != libc::SIGINT
+                {
+                    eprintln!("tigon: agent {} ended by signal {sig} at shutdown", ch.id());
+                }
             }
         }
     }

@@ -6,7 +6,8 @@ use super::{COMPACT_OVERHEAD, OVERHEAD, PULL_OVERHEAD, field};
 ///
 /// Up to 128 bytes (headers, small payloads), one rotate-add chain over 64-bit words (two
 /// instructions a word: the headers of every frame, small messages and acks, are hashed by
-/// it; see [`short_checksum`] for what it catches), finished by a multiply; longer frames, eight interleaved lanes of rotate-xor-multiply
+/// it; `short_checksum` below says what it catches), finished by a multiply; longer frames,
+/// eight interleaved lanes of rotate-xor-multiply
 /// (independent multiplies keep the core's multiplier busy instead of waiting on one chain:
 /// several bytes per cycle), combined by a chain that is a bijection of each lane. Every step
 /// of either is a bijection of its state for a given word and of the word for a given state,
