@@ -753,7 +753,13 @@ impl Repr {
             length: self.length as u8,
             dst_ep: self.dst_ep,
             src_ep: self.src_ep,
-            tag: session_tag(self.src_session, self.dst_session),
+            // A header parsed from a compact frame has its tag, not the sessions (both read
+            // 0; a connection's never are): it re-emits to the frame it came from.
+            tag: if self.src_session == 0 && self.dst_session == 0 {
+                self.tag
+            } else {
+                session_tag(self.src_session, self.dst_session)
+            },
             seq: self.seq,
             ack: self.ack,
             credit: self.credit,
