@@ -149,6 +149,94 @@ fn messages_cross_a_lossy_subnet_in_udp() {
     }
 }
 
+/// An ICMP echo request from `src` to `dst` (no data).
+fn echo_request(from: (MacAddr, Ipv4Addr), to: (MacAddr, Ipv4Addr)) -> Vec<u8> {
+    let mut f = vec![0; 14 + 20 + 8];
+    EthRepr {
+        dst: to.0,
+        src: from.0,
+        ethertype: eth::ETHERTYPE_IPV4,
+    }
+    .emit(&mut f);
+    Ipv4Repr {
+        src: from.1,
+        dst: to.1,
+        protocol: icmp::PROTOCOL,
+        payload_len: 8,
+        ttl: 60,
+        header_len: 20,
+        dont_fragment: false,
+    }
+    .emit(&mut f[14..]);
+    IcmpRepr {
+        kind: icmp::ECHO_REQUEST,
+        code: 0,
+        ident: 1,
+        seq: 1,
+    }
+    .emit(&mut f[34..]);
+    f
+}
+
+/// Found by the `engine_rx` fuzz target's seeds: `UdpLink` sent its ARP and ping answers only
+/// inside `tx_burst`, which the engine calls only when it has frames of its own, so a node
+/// that only receives never answered the sender's ARP (nor a ping), and a one-way message
+/// failed as "peer unreachable".
+#[test]
+fn a_node_that_only_receives_answers_arp_and_ping() {
+    let net = SimNet::new(Faults::default(), 3);
+    let cfg = quick_cfg();
+    let (ip_a, ip_b) = (Ipv4Addr::new(10, 71, 1, 1), Ipv4Addr::new(10, 71, 1, 2));
+    let mut nodes = [
+        node(&net, 1, ip_a, None, &cfg),
+        node(&net, 2, ip_b, None, &cfg),
+    ];
+    let mut now = 1_000;
+    let host = (hw(9), Ipv4Addr::new(10, 71, 1, 9));
+    let mut pinger = net.port(host.0, 1514);
+    pinger.tx_burst(&mut vec![echo_request(host, (hw(2), ip_b))]);
+    for _ in 0..3 {
+        step(&mut nodes, &[&net], &mut now, &mut || {});
+    }
+    let mut got = Vec::new();
+    pinger.rx_burst(&mut got, 64);
+    let replied = got.iter().any(|f| {
+        Ipv4Repr::parse(&f[14..]).is_ok_and(|ip| ip.src == ip_b && ip.dst == host.1)
+            && IcmpRepr::parse(&f[34..]).is_ok_and(|r| r.kind == icmp::ECHO_REPLY)
+    });
+    assert!(replied, "no echo reply from an idle node");
+
+    let data = pattern(1, 64);
+    let sbuf = nodes[0].eng.copy_engine_mut().mem.insert(data.clone());
+    let dst = EndpointAddr::new(nodes[1].link.mac(), 0);
+    let s = nodes[0]
+        .eng
+        .isend(0, dst, match_bits(0, 1), 0, sbuf, SendMode::Standard)
+        .unwrap();
+    let rbuf = nodes[1].eng.copy_engine_mut().mem.insert(vec![0; 64]);
+    let r = nodes[1]
+        .eng
+        .irecv(0, MatchSpec::mpi(0, 0, 1), rbuf)
+        .unwrap();
+    let mut left = [Some(s), Some(r)];
+    for _ in 0..100_000 {
+        step(&mut nodes, &[&net], &mut now, &mut || {});
+        for (i, n) in nodes.iter_mut().enumerate() {
+            while let Some(c) = n.eng.pop_completion() {
+                assert_eq!(left[i], Some(c.req));
+                assert_eq!(c.result.map(|_| ()), Ok(()), "node {i}");
+                left[i] = None;
+            }
+        }
+        if left == [None, None] {
+            let got = nodes[1].eng.copy_engine_mut().mem.get(&rbuf).cloned();
+            assert_eq!(got, Some(data));
+            return;
+        }
+    }
+    panic!("one-way message not done after 100 ms: {left:?} open");
+}
+
 /// A router between two simulated segments: answers ARP for its two addresses, learns hosts
 /// from their ARP packets, forwards IPv4 by subnet with the TTL lowered.
 struct Router {

@@ -95,6 +95,24 @@ where
         }
     }
 
+    /// Held frames whose next hop is now known are encapsulated, in order; those whose next
+    /// hop stayed silent past two ARP retries are dropped (the engine's retransmits ask again).
+    fn release_held(&mut self, now: u64) {
+        let give_up = 2 * self.encap.config().arp_retry_ns + 1;
+        for _ in 0..self.held.len() {
+            let Some((hop, since, b)) = self.held.pop_front() else {
+                break;
+            };
+            if self.encap.neighbour(hop, now).is_some() {
+                self.encap_one(b, now);
+            } else if now.saturating_sub(since) > give_up {
+                self.dropped_unresolved += 1;
+            } else {
+                self.held.push_back((hop, since, b));
+            }
+        }
+    }
+
     fn encap_one(&mut self, mut b: L::TxBuf, now: u64) {
         match self.encap.encap(b.as_mut(), now) {
             Tx::Send => self.out.push(b),
@@ -139,6 +157,13 @@ where
                 Rx::Done | Rx::Bad => {}
             }
         }
+        // Answers (ARP, ping) and frames an ARP reply just resolved go out now: the engine
+        // calls `tx_burst` only when it has frames of its own, and a node that only
+        // receives has none until the sender's held frames reach it.
+        self.release_held(now);
+        if !self.out.is_empty() {
+            self.inner.tx_burst(&mut self.out);
+        }
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<Self::TxBuf> {
@@ -147,21 +172,8 @@ where
 
     fn tx_burst(&mut self, frames: &mut Vec<Self::TxBuf>) {
         let now = (self.clock)();
-        // Held frames first, in order; those whose next hop stayed silent past two ARP
-        // retries are dropped (the engine's retransmits ask again).
-        let give_up = 2 * self.encap.config().arp_retry_ns + 1;
-        for _ in 0..self.held.len() {
-            let Some((hop, since, b)) = self.held.pop_front() else {
-                break;
-            };
-            if self.encap.neighbour(hop, now).is_some() {
-                self.encap_one(b, now);
-            } else if now.saturating_sub(since) > give_up {
-                self.dropped_unresolved += 1;
-            } else {
-                self.held.push_back((hop, since, b));
-            }
-        }
+        // Held frames first, in order.
+        self.release_held(now);
         for UdpTxFrame(b) in frames.drain(..) {
             self.encap_one(b, now);
         }
