@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # Runs scripts/setup.sh and imports its environment (PATH, TIGON_NO_HUGE) into the recipe.
 SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
 
-.PHONY: bench-instr help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns
+.PHONY: bench-instr fuzz help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns
 
 help:
 	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
@@ -18,6 +18,7 @@ help:
 	@echo "              serving many peers: scripts/bench-instr.sh --peers 65536 (after make bench-instr)"
 	@echo "make soak   - set up, build release, run 'tigon soak' (10 min: stress jobs on a 5% lossy wire,"
 	@echo "              a rank killed every 30 s; SOAK_SECONDS=120 for a shorter run); not in make test"
+	@echo "make fuzz   - run each fuzz target (engine/fuzz) FUZZ_SECONDS (default 180) on nightly; not in make test"
 	@echo "make setup  - only the machine set-up (idempotent)"
 	@echo "make build | release | nextest | clippy | fmt | fmt-check | doc-test | clean-netns"
 
@@ -65,6 +66,12 @@ soak:
 	@$(SETUP) && \
 	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
 	"$(CARGO_TARGET_DIR)/release/tigon" soak --seconds $(SOAK_SECONDS)
+
+# The engine's fuzz targets, one after the other (scripts/fuzz.sh: cargo-fuzz if installed,
+# else an offline build with its flags); fails on any crash. Not in make test.
+FUZZ_SECONDS ?= 180
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz.sh $(FUZZ_TARGETS)
 
 build:
 	$(CARGO) build -j$(JOBS) --workspace --all-targets
