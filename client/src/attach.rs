@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::pending::Inner;
 use crate::proto::{self, Reply, Request};
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -39,36 +40,73 @@ impl Client {
             .write_all(&line)
             .map_err(|e| err(format!("sending attach: {e}")))?;
         let mut buf = vec![0u8; 4096];
-        let (n, fds) = tigon_shm::sock::recv_with_fds(&sock, &mut buf)
-            .map_err(|e| err(format!("reading reply: {e}")))?;
-        let mut fds = fds.into_iter();
-        let (fd, bell, rx_fd) = (fds.next(), fds.next(), fds.next());
-        let text = std::str::from_utf8(&buf[..n]).map_err(|_| err("reply not UTF-8".into()))?;
-        let reply: Reply = serde_json::from_str(text.trim())
-            .map_err(|e| err(format!("bad reply `{text}`: {e}")))?;
-        let (address, region_len, agent_pid, eager_limit, rx_len, rx_offset) = match reply {
-            Reply::Attached {
-                address,
-                region_len,
-                agent_pid,
-                eager_limit,
-                rx_len,
-                rx_offset,
-            } => (
-                address,
-                region_len,
-                agent_pid,
-                eager_limit,
-                rx_len,
-                rx_offset,
-            ),
-            Reply::Error { message } => return Err(err(message)),
-            r => return Err(err(format!("unexpected reply {r:?}"))),
+        // The agent's memory file, if it offered the channel there and we could open it.
+        let mut file: Option<OwnedFd> = None;
+        let (reply, fds) = loop {
+            let (n, fds) = tigon_shm::sock::recv_with_fds(&sock, &mut buf)
+                .map_err(|e| err(format!("reading reply: {e}")))?;
+            let text = std::str::from_utf8(&buf[..n]).map_err(|_| err("reply not UTF-8".into()))?;
+            let reply: Reply = serde_json::from_str(text.trim())
+                .map_err(|e| err(format!("bad reply `{text}`: {e}")))?;
+            let Reply::Offer { fd, dev, ino } = reply else {
+                break (reply, fds);
+            };
+            file = open_agent_file(&sock, fd, (dev, ino));
+            let mut line =
+                serde_json::to_vec(&Request::Take { ok: file.is_some() }).expect("serialize");
+            line.push(b'\n');
+            (&sock)
+                .write_all(&line)
+                .map_err(|e| err(format!("answering the agent's offer: {e}")))?;
         };
-        let fd = fd.ok_or_else(|| err("the agent sent no channel".into()))?;
+        let (address, region_len, agent_pid, eager_limit, rx_len, rx_offset, channel_offset) =
+            match reply {
+                Reply::Attached {
+                    address,
+                    region_len,
+                    agent_pid,
+                    eager_limit,
+                    rx_len,
+                    rx_offset,
+                    channel_offset,
+                } => (
+                    address,
+                    region_len,
+                    agent_pid,
+                    eager_limit,
+                    rx_len,
+                    rx_offset,
+                    channel_offset,
+                ),
+                Reply::Error { message } => return Err(err(message)),
+                r => return Err(err(format!("unexpected reply {r:?}"))),
+            };
+        let mut fds = fds.into_iter();
+        let region = match (channel_offset, file) {
+            (Some(offset), Some(file)) => {
+                let r = Region::from_fd_at(file, offset, region_len as usize, true)
+                    .map_err(|e| err(format!("mapping the channel in the agent's memory: {e}")))?;
+                // The agent gives this memory to another rank once we have exited: no child
+                // of ours may keep it.
+                r.dont_fork()
+                    .map_err(|e| err(format!("MADV_DONTFORK on the channel: {e}")))?;
+                r
+            }
+            (Some(_), None) => {
+                return Err(err(
+                    "the agent placed the channel in a file this process could not open".into(),
+                ));
+            }
+            (None, _) => {
+                let fd = fds
+                    .next()
+                    .ok_or_else(|| err("the agent sent no channel".into()))?;
+                Region::from_fd(fd, region_len as usize)
+                    .map_err(|e| err(format!("mapping the channel: {e}")))?
+            }
+        };
+        let (bell, rx_fd) = (fds.next(), fds.next());
         let bell = EventFd::from_fd(bell.ok_or_else(|| err("the agent sent no doorbell".into()))?);
-        let region = Region::from_fd(fd, region_len as usize)
-            .map_err(|e| err(format!("mapping the channel: {e}")))?;
         let ch = Channel::open(Arc::new(region)).map_err(|e| err(e.to_string()))?;
         // The node's receive memory, read-only: without it every payload comes through a
         // data buffer (one more copy in the agent), nothing else changes.
@@ -95,6 +133,22 @@ impl Client {
             agent_pid,
         ))
     }
+}
+
+/// The agent's descriptor `fd` reopened for reading and writing through
+/// `/proc/<agent>/fd/<fd>` (the agent being the process at the other end of `sock`), if the
+/// kernel lets this process do that and the file is the one the agent named (`id`: device
+/// and inode); `None` otherwise.
+fn open_agent_file(sock: &UnixStream, fd: i32, id: (u64, u64)) -> Option<OwnedFd> {
+    use std::os::unix::fs::MetadataExt;
+    let agent = tigon_shm::sock::peer_cred(sock).ok()?.pid;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{agent}/fd/{fd}"))
+        .ok()?;
+    let m = f.metadata().ok()?;
+    ((m.dev(), m.ino()) == id).then(|| f.into())
 }
 
 /// Asks the agent at `socket` for its counters.

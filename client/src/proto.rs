@@ -10,6 +10,9 @@ pub enum Request {
     Attach { version: u32 },
     /// The agent's counters as JSON.
     Stats,
+    /// The answer to [`Reply::Offer`]: whether this client opened the agent's memory file
+    /// for reading and writing (then its channel lies there).
+    Take { ok: bool },
 }
 
 /// Agent → client.
@@ -31,6 +34,20 @@ pub enum Reply {
         /// own memory is one file per memseg list).
         #[serde(default)]
         rx_offset: u64,
+        /// Where the channel starts in the agent's memory file the client opened (after
+        /// [`Reply::Offer`]); no channel fd is passed then. `None`: the first fd is the
+        /// channel's memfd.
+        #[serde(default)]
+        channel_offset: Option<u64>,
+    },
+    /// Before `Attached`: a channel in the agent's DPDK memory, the file behind descriptor
+    /// `fd` of the agent, whose (device, inode) are `dev`, `ino`, if the client can open it
+    /// for writing through `/proc/<agent>/fd/<fd>` itself (the kernel lets only processes
+    /// that may inspect the agent do so); the client answers with [`Request::Take`].
+    Offer {
+        fd: i32,
+        dev: u64,
+        ino: u64,
     },
     Stats {
         stats: serde_json::Value,
@@ -42,5 +59,6 @@ pub enum Reply {
 
 /// Protocol version of the attach handshake and channel layout: the channel's version times
 /// 100 plus the handshake's revision (1: the receive memory's `rx_offset`, which a client
-/// that ignores it would map wrong).
-pub const VERSION: u32 = tigon_engine::channel::VERSION * 100 + 1;
+/// that ignores it would map wrong; 2: the channel offered in the agent's memory file,
+/// `Offer` / `Take`, which a client that ignores it would never answer).
+pub const VERSION: u32 = tigon_engine::channel::VERSION * 100 + 2;

@@ -97,6 +97,21 @@ impl ExtMem {
     }
 }
 
+/// [start, end) of the first memseg list that has memory, as far as its segments in use
+/// reach (what memif's zero-copy mode offers its peer as region 1 when it connects now);
+/// `None` without DPDK memory.
+pub(crate) fn first_list_in_use() -> Option<(usize, usize)> {
+    let mut first = First::default();
+    // SAFETY: the callback only records its list; `first` outlives the walk.
+    unsafe { sys::rte_memseg_walk(Some(first_list), (&raw mut first).cast()) };
+    // SAFETY: a list descriptor DPDK gave us (or null), alive as long as the EAL.
+    let l = unsafe { (first.msl as *const sys::rte_memseg_list).as_ref() }?;
+    // SAFETY: reading DPDK's list descriptor.
+    let base = unsafe { l.__bindgen_anon_1.base_va } as usize;
+    let in_use = l.memseg_arr.count as usize * l.page_sz as usize;
+    Some((base, base + in_use))
+}
+
 /// For `len` bytes of DPDK memory at `addr` (both multiples of `page`): a read-only fd of its
 /// memseg list's file, where `addr` lies in that file, and each page's IO address; or why
 /// another process could not map it as one range of the first list.

@@ -99,6 +99,12 @@ pub struct Port {
     /// memif in zero-copy mode only: pool for linearising chained frames before tx (see
     /// `open`).
     linearize: Option<Mempool>,
+    /// memif in zero-copy mode only: the addresses it can pass its peer, [start, end) of
+    /// DPDK's first memseg list as far as it was in use before the port connected (see
+    /// `open`); chains whose segments all lie there go out as they are.
+    zc_range: Option<(usize, usize)>,
+    /// Each chain's head refcnt before a zero-copy burst (see `tx_burst`).
+    chain_refs: Vec<u16>,
     lin_warned: bool,
     /// The transmit offloads configured (DPDK's RTE_ETH_TX_OFFLOAD_* bits).
     tx_offloads: u64,
@@ -209,6 +215,8 @@ impl Port {
             device: std::ptr::null_mut(),
             mapped: Vec::new(),
             linearize: None,
+            zc_range: None,
+            chain_refs: Vec::new(),
             lin_warned: false,
             tx_offloads: 0,
             rss_hf: 0,
@@ -216,14 +224,17 @@ impl Port {
             _eal: eal.clone(),
         };
         // memif's zero-copy mode gives each segment of a chained frame a ring descriptor of
-        // its own (and DPDK 22.11 leaves a stale "next" flag on reused descriptors when a
-        // frame spans several, which corrupts later frames), and cannot send segments outside
-        // its own memory (external buffers): chains are linearised there. Its copy mode
-        // copies a chain's segments into one ring buffer (`bsize` holds any frame) and needs
-        // nothing.
+        // its own (writing each descriptor's flags afresh) and passes its peer only offsets
+        // into its region 1: DPDK's first memseg list, as much of it as is in use when it
+        // connects (`memif_region_init_zc` sums the segments in use; the peer maps that
+        // much and checks no offset). Chains whose segments all lie in that memory (a
+        // channel in DPDK's memory, reserved before this) go out as they are; others
+        // (segments in external memory) are linearised. Its copy mode copies a chain's
+        // segments into one ring buffer (`bsize` holds any frame) and needs nothing.
         if is_memif && devargs.replace(' ', "").contains("zero-copy=yes") {
             let lin = Mempool::new(eal, &format!("tigon_lin{id}"), 1023, JUMBO_DATA_ROOM)?;
             port.linearize = Some(lin);
+            port.zc_range = crate::memzone::first_list_in_use();
         }
         port.configure(rx_pool, cfg)?;
         Ok(port)
@@ -233,7 +244,19 @@ impl Port {
     /// (the driver transmits multi-segment frames, `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`, and the
     /// port does not copy them into one segment first).
     pub fn tx_chains(&self) -> bool {
-        self.tx_offloads & sys::TIGON_ETH_TX_OFFLOAD_MULTI_SEGS != 0 && self.linearize.is_none()
+        self.tx_offloads & sys::TIGON_ETH_TX_OFFLOAD_MULTI_SEGS != 0
+            && (self.linearize.is_none() || self.zc_range.is_some())
+    }
+
+    /// Whether a frame segment in `mem` goes out as it is (`tx_chains` being true): on a
+    /// memif zero-copy port only memory in the range its peer maps (see `open`), on other
+    /// ports any.
+    pub fn sends_in_place(&self, mem: &ExtMem) -> bool {
+        match (&self.linearize, self.zc_range) {
+            (None, _) => true,
+            (Some(_), Some(r)) => in_range(r, mem.as_ptr() as usize, mem.len()),
+            (Some(_), None) => false,
+        }
     }
 
     /// Whether the NIC computes IPv4 header checksums / UDP checksums of frames marked with
@@ -543,8 +566,8 @@ impl Port {
     /// removed from the front of `pkts` (the driver frees them once sent); the rest stay for
     /// the caller to retry or drop. Returns how many were accepted.
     ///
-    /// On memif ports in zero-copy mode, chained frames are first copied into single-segment
-    /// mbufs (see `open`).
+    /// On memif ports in zero-copy mode, chained frames with a segment outside the memory the
+    /// peer maps are first copied into single-segment mbufs (see `open`).
     ///
     /// # Panics
     /// If `queue` is not a configured tx queue.
@@ -555,8 +578,19 @@ impl Port {
             self.name
         );
         let n = pkts.len().min(u16::MAX as usize);
+        self.chain_refs.clear();
         if let Some(lin) = &self.linearize {
             for slot in pkts.iter_mut().take(n) {
+                if slot.nb_segs() > 1
+                    && let Some(r) = self.zc_range
+                    && slot
+                        .segments()
+                        .all(|s| in_range(r, s.as_ptr() as usize, s.len()))
+                {
+                    self.chain_refs.push(slot.refcnt());
+                    continue;
+                }
+                self.chain_refs.push(0);
                 if slot.nb_segs() > 1 {
                     match linearized(slot, lin) {
                         Ok(m) => *slot = m,
@@ -580,6 +614,18 @@ impl Port {
             let sent =
                 sys::tigon_eth_tx_burst(self.id, queue, base as *mut *mut sys::rte_mbuf, n as u16)
                     as usize;
+            // memif_tx_one_zc as released in DPDK 22.11, meeting a chain with one free ring
+            // slot left, takes a reference to its head segment (for the slot it then does
+            // not use) and returns "not sent": that reference would never be dropped and the
+            // mbuf never go back to its pool. (22.11.11 does not; tests/zero_copy_chains.rs
+            // checks that no mbuf is lost either way.) Only the first unsent frame can have
+            // met it, and nothing else adds exactly one reference to it meanwhile.
+            if let Some(&before) = self.chain_refs.get(sent)
+                && before > 0
+                && (*base.add(sent)).refcnt() == before + 1
+            {
+                sys::tigon_mbuf_refcnt_update((*base.add(sent)).as_ptr(), -1);
+            }
             let rest = pkts.len() - sent;
             std::ptr::copy(base.add(sent), base, rest);
             pkts.set_len(rest);
@@ -636,6 +682,11 @@ impl Port {
         self.mapped.push(Arc::clone(mem));
         Ok(())
     }
+}
+
+/// Whether `len` bytes at `addr` lie in [start, end).
+fn in_range((start, end): (usize, usize), addr: usize, len: usize) -> bool {
+    addr >= start && addr.checked_add(len).is_some_and(|e| e <= end)
 }
 
 /// A single-segment copy of a chained frame.

@@ -2,12 +2,13 @@
 //! their channel and passes it over, answers stats requests, and notices clients that die
 //! (their end of the socket closes) so the engine reclaims what they held.
 
+use super::slots::{self, Slots, Taken};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tigon_client::proto::{Reply, Request, VERSION};
 use tigon_engine::channel::{Channel, Geometry};
@@ -30,6 +31,9 @@ pub enum Cmd {
         ch: Channel,
         pid: i32,
         uid: u32,
+        /// The channel lies in a slot of DPDK's memory, this one (see `slots`); else the
+        /// engine maps its memfd for DPDK itself.
+        slot: Option<Arc<tigon_pmd::ExtMem>>,
         /// The client's handle, its address, and the receive memory it may map.
         reply: Sender<Result<Attached, String>>,
     },
@@ -53,6 +57,9 @@ pub struct Control {
     pub bell: std::sync::Arc<tigon_shm::wake::EventFd>,
     /// Slots the engine disconnected (garbage): their sockets are closed here.
     pub evicted: Receiver<u64>,
+    /// Channels in DPDK's memory, once the engine has reserved them (a node whose port is
+    /// memif in zero-copy mode).
+    pub slots: Arc<OnceLock<Slots>>,
 }
 
 impl Control {
@@ -149,6 +156,15 @@ impl Control {
                 send_line(&s, &Reply::Stats { stats });
                 None
             }
+            Request::Take { .. } => {
+                send_line(
+                    &s,
+                    &Reply::Error {
+                        message: "`take` answers an offer; attach first".into(),
+                    },
+                );
+                None
+            }
             Request::Attach { version } => {
                 if version != VERSION {
                     send_line(
@@ -178,7 +194,15 @@ impl Control {
                     );
                     return None;
                 }
-                match self.attach(&s, cred.pid, cred.uid) {
+                // A channel in DPDK's memory is offered to ranks of the agent's own user only
+                // (it takes their own open of the agent's memory file; see `slots`).
+                let offer = match self.slots.get() {
+                    Some(sl) if cred.uid == tigon_shm::sock::euid() => {
+                        sl.take(cred.pid).map(|t| (sl, t))
+                    }
+                    _ => None,
+                };
+                match self.attach(&s, cred.pid, cred.uid, offer) {
                     Ok(slot) => {
                         let _ = s.set_nonblocking(true);
                         Some((slot, s))
@@ -192,23 +216,75 @@ impl Control {
         }
     }
 
-    fn attach(&self, s: &UnixStream, pid: i32, uid: u32) -> Result<u64, String> {
-        let len = self.geometry.len();
-        let region = Region::create(&format!("tigon-ch-{pid}"), len, self.hugetlb)
-            .map_err(|e| format!("channel memory: {e}"))?;
-        let ch = Channel::init(
-            Arc::new(region),
-            self.geometry,
-            std::process::id(),
-            pid as u32,
-        )
-        .map_err(|e| e.to_string())?;
+    /// Offers the client the slot `offer` (if any) and reads its answer: the slot's mapping
+    /// when it took it. A slot not taken is free again.
+    fn offer_slot(
+        &self,
+        s: &UnixStream,
+        offer: Option<(&Slots, Taken)>,
+    ) -> Option<(Region, Arc<tigon_pmd::ExtMem>, usize, Geometry)> {
+        let (sl, t) = offer?;
+        let taken = (|| {
+            let (dev, ino) = sl.file_id;
+            send_line(
+                s,
+                &Reply::Offer {
+                    fd: sl.fd_number,
+                    dev,
+                    ino,
+                },
+            );
+            let mut line = String::new();
+            BufReader::new(s).read_line(&mut line).ok()?;
+            match serde_json::from_str::<Request>(line.trim()).ok()? {
+                Request::Take { ok: true } => {}
+                _ => return None,
+            }
+            slots::map(&t.mem)
+                .map_err(|e| log::warn!("a channel in DPDK memory: {e}; a memfd instead"))
+                .ok()
+        })();
+        match taken {
+            Some(region) => Some((region, t.mem, t.index, sl.geometry)),
+            None => {
+                sl.give_back(t.index);
+                None
+            }
+        }
+    }
+
+    fn attach(
+        &self,
+        s: &UnixStream,
+        pid: i32,
+        uid: u32,
+        offer: Option<(&Slots, Taken)>,
+    ) -> Result<u64, String> {
+        let (region, slot_mem, geometry) = match self.offer_slot(s, offer) {
+            Some((region, mem, index, geo)) => {
+                let region = Arc::new(region);
+                if let Some(sl) = self.slots.get() {
+                    sl.bind(index, &region);
+                }
+                (region, Some(mem), geo)
+            }
+            None => {
+                let len = self.geometry.len();
+                let r = Region::create(&format!("tigon-ch-{pid}"), len, self.hugetlb)
+                    .map_err(|e| format!("channel memory: {e}"))?;
+                (Arc::new(r), None, self.geometry)
+            }
+        };
+        let channel_offset = slot_mem.as_ref().map(|m| m.file_offset());
+        let ch = Channel::init(region, geometry, std::process::id(), pid as u32)
+            .map_err(|e| e.to_string())?;
         let region = ch.region.clone();
         let (tx, rx) = mpsc::channel();
         if !self.send(Cmd::Attach {
             ch,
             pid,
             uid,
+            slot: slot_mem,
             reply: tx,
         }) {
             return Err("the engine is shutting down".to_string());
@@ -223,10 +299,16 @@ impl Control {
             eager_limit: self.eager_limit,
             rx_len: rx_mem.as_ref().map_or(0, |r| r.len),
             rx_offset: rx_mem.as_ref().map_or(0, |r| r.offset),
+            channel_offset,
         };
         let mut line = serde_json::to_vec(&reply).expect("serialize");
         line.push(b'\n');
-        let mut fds = vec![region.fd().as_fd(), self.bell.fd().as_fd()];
+        // A channel in DPDK's memory: the client opened that file itself.
+        let mut fds = Vec::with_capacity(3);
+        if channel_offset.is_none() {
+            fds.push(region.fd().as_fd());
+        }
+        fds.push(self.bell.fd().as_fd());
         if let Some(r) = &rx_mem {
             fds.push(r.fd.as_fd());
         }

@@ -6,6 +6,7 @@
 use super::args::{AgentArgs, Settings};
 use super::link::PortLink;
 use super::nodes::NodePlan;
+use super::slots::{SLOTS, Slots};
 use std::path::Path;
 use tigon_engine::channel::Channel;
 use tigon_engine::{Link, MacAddr};
@@ -32,6 +33,8 @@ pub struct NodePlane {
     pub rx_mem: Option<std::sync::Arc<ExtMem>>,
     /// Whether clients' channels are registered with DPDK (see `register`).
     pub register_channels: bool,
+    /// Channel slots in DPDK's memory (a memif zero-copy port: see `slots`).
+    pub slots: Option<Slots>,
 }
 
 /// Initialises the EAL and opens each node's port and dmadev.
@@ -94,6 +97,13 @@ fn open_node(
         None => Mempool::new(eal, &name("rx"), RX_POOL, room).map_err(|e| e.to_string())?,
     };
     let rx_mem = rx_pool.external_data().cloned();
+    // Before the port opens: a memif zero-copy port sends from as much of DPDK's memory as
+    // is in use when it connects.
+    let slots = if zero_copy && memif_zero_copy(&s.devargs) {
+        Slots::reserve(eal, i, SLOTS, s.geometry)
+    } else {
+        None
+    };
     let tx_pool = Mempool::new(eal, &name("tx"), 8191, room).map_err(|e| e.to_string())?;
     let port = {
         // A socket stays in the namespace it was made in: af_packet's, made at probe time,
@@ -160,6 +170,7 @@ fn open_node(
         dma,
         rx_mem,
         register_channels,
+        slots,
     })
 }
 

@@ -30,6 +30,8 @@ pub struct ToControl<'a> {
     pub evicted: Sender<u64>,
     /// Rung by the control thread and by clients whose requests find the engine asleep.
     pub bell: &'a EventFd,
+    /// Where the control thread finds the node's channel slots in DPDK memory, once reserved.
+    pub slots: std::sync::Arc<std::sync::OnceLock<super::slots::Slots>>,
 }
 
 /// Runs the engines of `nodes` (one per node, each with its control thread's channels) in one
@@ -60,6 +62,9 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             );
         }
         copy.rx_mem = plane.rx_mem;
+        if let Some(sl) = plane.slots {
+            let _ = control.slots.set(sl);
+        }
         // Unexpected messages held as their frames keep receive buffers: a quarter of the
         // pool at most (another quarter may be lent to ranks), the rest for the port's ring
         // and the reorder windows.
@@ -283,9 +288,15 @@ impl EngineLoop<'_> {
                         ch,
                         pid,
                         uid,
+                        slot,
                         reply,
                     } => {
-                        let ext = dpdk::register(&self.eal, &ch, n.register_channels);
+                        // A channel in DPDK's memory is DPDK's already (and a memif zero-copy
+                        // port sends from it).
+                        let ext = match slot {
+                            Some(mem) => Some(mem),
+                            None => dpdk::register(&self.eal, &ch, n.register_channels),
+                        };
                         // The receive memory, for the client to map read-only. DPDK's own
                         // memory only to clients of the agent's own user: its file holds all
                         // of the list's memory (frames sent too), which they could read of
@@ -315,6 +326,7 @@ impl EngineLoop<'_> {
                             &n.link,
                             &self.gaps,
                             &self.layout,
+                            n.control.slots.get(),
                         ));
                     }
                 }

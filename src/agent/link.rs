@@ -393,6 +393,11 @@ impl Link for PortLink {
             return None;
         }
         let mem = payload.mem.downcast_ref::<Arc<ExtMem>>()?;
+        // A memif zero-copy port passes only DPDK memory its peer maps: a channel there,
+        // not one in a memfd (the engine then copies, and counts it).
+        if !self.port.sends_in_place(mem) {
+            return None;
+        }
         let (Ok(head), Ok(len)) = (u16::try_from(head), u16::try_from(payload.len)) else {
             return None;
         };

@@ -22,6 +22,7 @@ mod nodes;
 mod notify;
 mod ops;
 mod serve;
+mod slots;
 mod stats;
 
 pub use args::AgentArgs;
@@ -59,7 +60,9 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
                 return Err(format!("the agent's doorbell: {e}"));
             }
         };
+        let slots = Arc::new(std::sync::OnceLock::new());
         let control = Control {
+            slots: slots.clone(),
             bell: bell.clone(),
             listener,
             allow_uids: s.allow_uids.clone(),
@@ -79,16 +82,17 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
                 return Err(e.to_string());
             }
         }
-        ends.push((cmd_rx, evict_tx));
+        ends.push((cmd_rx, evict_tx, slots));
         up.bells.push(bell);
     }
     let controls = ends
         .into_iter()
         .zip(&up.bells)
-        .map(|((cmds, evicted), bell)| ToControl {
+        .map(|((cmds, evicted, slots), bell)| ToControl {
             cmds,
             evicted,
             bell,
+            slots,
         })
         .collect();
     let result = engine_loop::run(&nodes, controls);

@@ -5,6 +5,7 @@ use super::copy::AgentCopy;
 use super::engine_loop::Layout;
 use super::link::PortLink;
 use super::serve::Served;
+use super::slots::Slots;
 use tigon_engine::Engine;
 
 /// Where the engine loop's time goes, worst cases: the longest gap between two iterations
@@ -42,13 +43,16 @@ impl LoopGaps {
     }
 }
 
-/// The agent's counters as JSON.
+/// The agent's counters as JSON. `channel_slots`: the node's channel slots in DPDK memory
+/// (`slots`), how many there are and how many a rank has (or had, its process not yet seen
+/// gone), `null` without any.
 pub fn json(
     eng: &Engine<PortLink, AgentCopy>,
     served: &Served,
     link: &PortLink,
     gaps: &LoopGaps,
     layout: &Layout,
+    slots: Option<&Slots>,
 ) -> serde_json::Value {
     let s = &eng.stats;
     let port = link.port.stats().ok();
@@ -78,6 +82,7 @@ pub fn json(
         "link": link.stats(),
         "engine_loop": gaps,
         "layout": layout,
+        "channel_slots": slots.map(|s| serde_json::json!({ "total": s.total(), "held": s.held() })),
         "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
     })
 }

@@ -88,7 +88,47 @@ impl Region {
         Self::map(fd, len)
     }
 
+    /// Maps `len` bytes of `fd` from `offset` (a multiple of the file's page size) for
+    /// reading and writing: a region that is one part of a larger file (a hugetlb file when
+    /// `hugetlb`), e.g. a channel in DPDK's own memory.
+    pub fn from_fd_at(fd: OwnedFd, offset: u64, len: usize, hugetlb: bool) -> io::Result<Region> {
+        // SAFETY: fstat writes into a zeroed stat buffer we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is valid and st is a valid out-pointer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|e| (st.st_size as u64) < e) || len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "region smaller than announced",
+            ));
+        }
+        let mut r = Self::map_at(fd, offset, len)?;
+        r.hugetlb = hugetlb;
+        Ok(r)
+    }
+
+    /// Keeps the mapping out of child processes (`MADV_DONTFORK`): a fork must not leave a
+    /// second holder of memory the other side may hand to someone else once this process
+    /// is gone.
+    pub fn dont_fork(&self) -> io::Result<()> {
+        // SAFETY: advice on exactly our own mapping; it changes no contents.
+        let rc = unsafe { libc::madvise(self.addr.as_ptr().cast(), self.len, libc::MADV_DONTFORK) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn map(fd: OwnedFd, len: usize) -> io::Result<Region> {
+        Self::map_at(fd, 0, len)
+    }
+
+    fn map_at(fd: OwnedFd, offset: u64, len: usize) -> io::Result<Region> {
+        let file_off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
         // SAFETY: a fresh shared mapping of our fd; the kernel picks the address.
         let p = unsafe {
             libc::mmap(
@@ -97,7 +137,7 @@ impl Region {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
-                0,
+                file_off,
             )
         };
         if p == libc::MAP_FAILED {
@@ -356,6 +396,33 @@ mod tests {
             "past the file"
         );
         assert!(ReadOnlyRegion::from_fd_at(fd(), u64::MAX, 4096).is_err());
+    }
+
+    /// A read-write range of the file from an offset: writes reach the owner's mapping, the
+    /// range ends where it says, and `dont_fork` marks the mapping so.
+    #[test]
+    fn region_maps_a_writable_range_from_an_offset() {
+        let owner = Region::create("rw-off", 3 * 4096, false).unwrap();
+        let fd = || owner.fd().try_clone().unwrap();
+        let r = Region::from_fd_at(fd(), 4096, 8192, false).unwrap();
+        r.write(10, b"from the range").unwrap();
+        let mut b = [0u8; 14];
+        owner.read(4096 + 10, &mut b).unwrap();
+        assert_eq!(&b, b"from the range");
+        assert!(r.write(8190, b"past").is_err(), "the range's end");
+        assert!(
+            Region::from_fd_at(fd(), 8192, 8192, false).is_err(),
+            "past the file"
+        );
+        r.dont_fork().unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{:x}-", r.addr());
+        let flags = smaps
+            .split_inclusive('\n')
+            .skip_while(|l| !l.starts_with(&start))
+            .find(|l| l.starts_with("VmFlags:"))
+            .unwrap();
+        assert!(flags.contains(" dc"), "MADV_DONTFORK shows as dc: {flags}");
     }
 
     #[test]
