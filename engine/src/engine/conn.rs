@@ -27,13 +27,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.peers[p] = Peer::new(mac, frag);
             p
         } else {
-            let cap = self.peers.capacity();
-            self.peers.push(Peer::new(mac, frag));
-            if self.peers.capacity() != cap {
-                // A large table is read at random (a peer per message): on huge pages its
-                // misses cost no TLB miss on top.
-                tigon_shm::mem::advise_huge(&self.peers);
+            if self.peers.len() == self.peers.capacity() {
+                self.grow_peers();
             }
+            self.peers.push(Peer::new(mac, frag));
             self.peers.len() - 1
         };
         let peers = &self.peers;
@@ -41,6 +38,21 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.stats.peers += 1;
         self.last_peer = p;
         p
+    }
+
+    /// Doubles the peer table's room. A large table is read at random (a peer per message):
+    /// on huge pages its misses cost no TLB miss on top (65,536 peers: 16 MB, 4,096 small
+    /// pages). The new table is advised for huge pages before anything is written to it,
+    /// then the peers are moved in: pages first touched after the advice are huge from the
+    /// start. (Advised after `Vec`'s own growth, the pages the reallocation had moved over
+    /// stayed small: 6 of the 16 MB were huge at 65,536 peers.)
+    #[cold]
+    fn grow_peers(&mut self) {
+        let cap = (self.peers.capacity() * 2).max(16);
+        let mut grown = Vec::with_capacity(cap);
+        tigon_shm::mem::advise_huge(&grown);
+        grown.append(&mut self.peers);
+        self.peers = grown;
     }
 
     /// The peer node `mac`, if known: the one last looked up if it is that node (no hash),

@@ -12,7 +12,7 @@ use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
 
 /// From this many peers on, a receive burst reads its frames' peers ahead (`warm`): below
 /// it, their state (~256 B each) stays in the processor's caches.
-const WARM_PEERS: usize = 4096;
+pub(super) const WARM_PEERS: usize = 4096;
 
 /// Frames whose buckets one pass of `warm` keeps (a receive burst is 32 by default).
 const WARM_CHUNK: usize = 64;
