@@ -97,14 +97,15 @@ fn open_node(
         None => Mempool::new(eal, &name("rx"), RX_POOL, room).map_err(|e| e.to_string())?,
     };
     let rx_mem = rx_pool.external_data().cloned();
-    // Before the port opens: a memif zero-copy port sends from as much of DPDK's memory as
-    // is in use when it connects.
+    let tx_pool = Mempool::new(eal, &name("tx"), 8191, room).map_err(|e| e.to_string())?;
+    // Before the port opens (a memif zero-copy port sends from as much of DPDK's memory as
+    // is in use when it connects), after the pools the node cannot do without (hugepages
+    // short, the slots are what goes without).
     let slots = if zero_copy && memif_zero_copy(&s.devargs) {
         Slots::reserve(eal, i, SLOTS, s.geometry)
     } else {
         None
     };
-    let tx_pool = Mempool::new(eal, &name("tx"), 8191, room).map_err(|e| e.to_string())?;
     let port = {
         // A socket stays in the namespace it was made in: af_packet's, made at probe time,
         // serves the node's namespace after this thread has returned to its own.
