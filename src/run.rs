@@ -40,9 +40,9 @@ pub struct RunArgs {
     pub dma: bool,
     /// memif: the client node's port in memif's zero-copy mode, so the wire copies each
     /// frame once (on the server's side), as a NIC's DMA would; needs hugepages (without
-    /// them the port copies). DPDK 22.11's zero-copy port sends only from its own mbufs, so
-    /// that node's engine copies what it sends (CPU copies per byte at 64 B 2.0 -> 2.5);
-    /// `false`: both ports copy, the wire twice per frame.
+    /// them the port copies). DPDK 22.11's zero-copy port sends only from DPDK's memory,
+    /// where that node's agent keeps 4 ranks' channels: the engine copies the small payloads
+    /// of any further rank there; `false`: both ports copy, the wire twice per frame.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub memif_zero_copy: bool,
     /// MTU of the fabric: 9000 (jumbo frames: the emulated fabric carries them; a sixth of
