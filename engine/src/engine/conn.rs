@@ -348,9 +348,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.conn.state = PeerState::Idle;
         peer.conn.remote_session = 0;
         self.grants_total -= peer.credit.reset() as u64;
-        if let Some(u) = in_store {
-            // A half-arrived unexpected message from the dead incarnation: drop it, and fail
-            // whoever had claimed it.
+        // A half-arrived unexpected message from the dead incarnation: drop it, and fail
+        // whoever had claimed it. Its rendezvous messages go too: their data stayed with the
+        // dead sender, and a Pull for one would ask the peer's next incarnation for a message
+        // id of its own (or wait on an idle peer forever).
+        let dead = in_store.into_iter().chain(self.unex.rts_from(p));
+        for u in dead.collect::<Vec<_>>() {
             if let Some(c) = self.unex.get(u).and_then(|x| x.claimed) {
                 failed.push(c);
             }

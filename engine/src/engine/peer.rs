@@ -264,20 +264,23 @@ impl<F: 'static> Peer<F> {
             && self.waiting_on_peer()
     }
 
-    /// An idle peer gives back its collections (a peer that carried one large message held
-    /// ~400 KiB of descriptors ever after); they are allocated again on use.
+    /// An idle peer gives back its empty collections (a peer that carried one large message
+    /// held ~400 KiB of descriptors ever after); they are allocated again on use. Only empty
+    /// ones: a peer with no session is never timed, so it counts as idle with frames still
+    /// queued, and dropping those would leave the stream's count of queued control frames
+    /// past its queue.
     pub(super) fn shrink(&mut self) {
-        let s = &mut self.stream;
-        s.pending.release();
-        s.ctl_bulk.release();
-        s.unacked.release();
-        s.resend.release();
-        if s.reorder.is_empty() {
-            s.reorder.release();
+        macro_rules! release_empty {
+            ($($c:expr),*) => {$(
+                if $c.is_empty() {
+                    $c.release();
+                }
+            )*};
         }
-        self.msgs.waiting.release();
-        self.msgs.sends.release();
-        self.msgs.pulls.release();
+        let s = &mut self.stream;
+        release_empty!(s.pending, s.ctl_bulk, s.unacked, s.resend, s.reorder);
+        let m = &mut self.msgs;
+        release_empty!(m.waiting, m.sends, m.pulls);
     }
 
     /// Whether any of its collections is allocated (`shrink` has something to give back):

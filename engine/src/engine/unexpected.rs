@@ -124,6 +124,22 @@ impl<F> Store<F> {
             .is_some_and(|x| spec.matches(x.info.match_bits, x.info.src_rank))
     }
 
+    /// The rendezvous messages (RTSs) held from peer node `p`: a scan of the store, for the
+    /// rare restart of a peer.
+    pub(super) fn rts_from(&self, p: usize) -> Vec<u64> {
+        if !self.holds_from(p) {
+            return Vec::new();
+        }
+        let mut v: Vec<u64> = self
+            .msgs
+            .iter()
+            .filter(|(_, x)| x.peer == p && x.rndv)
+            .map(|(&u, _)| u)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Whether messages of peer node `p` are held.
     pub(super) fn holds_from(&self, p: usize) -> bool {
         self.held.contains_key(&p)
