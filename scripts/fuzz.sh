@@ -77,7 +77,7 @@ for t in "${targets[@]}"; do
     args=(-max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$artifacts/" "${extra[@]}")
     if [ $use_cargo_fuzz = 1 ]; then
-        cmd=(cargo +nightly fuzz run --fuzz-dir engine/fuzz --debug-assertions "$t" "$corpus" "$out/seeds/$t" -- "${args[@]}")
+        cmd=(cargo +nightly fuzz run --fuzz-dir engine/fuzz --target-dir "$out" --debug-assertions "$t" "$corpus" "$out/seeds/$t" -- "${args[@]}")
     else
         cmd=("$bin/$t" "${args[@]}" "$corpus" "$out/seeds/$t")
     fi
@@ -90,7 +90,9 @@ for t in "${targets[@]}"; do
     # libFuzzer's last status line (executions, coverage, features, corpus) and its totals.
     summary=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    edges=$(sed -n 's/.*(\([0-9]*\) inline 8-bit counters).*/\1/p' "$log" | head -1)
     echo "fuzz: $t $status after $(($(date +%s) - start))s: ${runs:-?} executions; ${summary:-no status line}"
+    echo "fuzz: $t: cov = edges reached, of ${edges:-?} instrumented (the engine's and its dependencies')"
     if [ $status = FAILED ]; then
         grep -E 'panicked at|ERROR: libFuzzer|ERROR: AddressSanitizer|SUMMARY|Test unit written' "$log" | head -8 || true
         echo "fuzz: full log: $log"
