@@ -83,8 +83,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// Peers owing a delayed ack and nothing else to send, with when it falls due (in that
     /// order: the delay is one for all), off the active list meanwhile: a peer that sends
     /// often keeps an ack owed nearly all the time, and on the list it would be visited by
-    /// every transmit pass until then (16 hot peers: 16 visits a poll). `poll` puts each back
-    /// on the active list once its ack is due, or the link has gone quiet (`ack_idle_ns`).
+    /// every transmit pass until then (16 hot peers: 16 visits a poll). Once its ack is due,
+    /// or the link has gone quiet (`ack_idle_ns`), `poll` writes the ack (`delayed_acks_due`)
+    /// or puts the peer back on the active list.
     ack_timers: VecDeque<(usize, u64)>,
     /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
     /// timer pass and the sleep budget visit these, never every peer.
@@ -243,9 +244,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else {
             self.idle_since = None;
         }
-        if !self.ack_timers.is_empty() {
-            self.delayed_acks_due(now);
-        }
+        let acks = if self.ack_timers.is_empty() {
+            0
+        } else {
+            self.delayed_acks_due(link, now)
+        };
         // tx burst (tx.rs; the stream picks the frames)
         let sent = self.transmit(link, now);
         // timers (timers.rs), once the receive queue is drained: with frames still waiting
@@ -256,7 +259,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         // copy completions (copyq.rs)
         let copied = self.copy_completions();
-        rx.frames + sent + copied
+        rx.frames + acks + sent + copied
     }
 
     /// When the acks owed are sent because the link went quiet (`Config::ack_idle_ns`), if
@@ -299,17 +302,25 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
-    /// The delayed acks due now (or all of them, once the link has gone quiet): their peers
-    /// go on the quick-ack list (tx.rs, `quick_acks`), or the active list from there. A peer
-    /// whose ack went out meanwhile (with a frame, or alone) owes none; one owing a later ack
-    /// by now (the earlier went out, and a frame came since) is queued again for that one.
-    /// At most what one transmit pass sends (two bursts) is moved per poll: with thousands
-    /// of acks held when the loop runs idle, the active list would otherwise hold them all,
-    /// and each pass would walk all of it to send two bursts' worth (quadratic in the acks
-    /// held); the rest stay queued, in order, for the next polls.
-    fn delayed_acks_due(&mut self, now: u64) {
+    /// The delayed acks due now (or all of them, once the link has gone quiet). Each is
+    /// written here, into this poll's burst, when that is all its peer's visit would do
+    /// (tx.rs, `quick_ack`: with many peers, each sending now and then, nearly always): no
+    /// second look at the peer in a list of its own; any other peer goes on the active list
+    /// for the transmit pass. A peer whose ack went out meanwhile (with a frame, or alone)
+    /// owes none; one owing a later ack by now (the earlier went out, and a frame came
+    /// since) is queued again for that one. At most what one transmit pass sends (two
+    /// bursts) is taken per poll: with thousands of acks held when the loop runs idle, the
+    /// active list would otherwise hold them all, and each pass would walk all of it to
+    /// send two bursts' worth (quadratic in the acks held); the rest stay queued, in order,
+    /// for the next polls.
+    /// Returns the acks written.
+    fn delayed_acks_due(&mut self, link: &mut L, now: u64) -> usize {
         let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
-        let mut room = self.cfg.burst * 2;
+        let mut written = 0;
+        let budget = self.cfg.burst * 2;
+        let mut room = budget;
+        // As the transmit pass sets it (the link's, unless configured).
+        self.payload_ck = self.cfg.payload_checksum.unwrap_or(!link.frame_check());
         while let Some(&(p, due)) = self.ack_timers.front() {
             if (due > now && !quiet) || room == 0 {
                 break;
@@ -323,19 +334,24 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.ack_timers.push_back((p, t));
                 }
                 Some(_) => {
-                    // Due: most likely all its visit will do is this ack, the cheaper visit
-                    // (tx.rs, `quick_acks`; it hands the peer to the full pass otherwise).
                     s.ack_now = true;
-                    let peer = &mut self.peers[p];
-                    if !peer.in_active {
-                        peer.in_active = true;
-                        self.quick_acks.push(p);
-                    }
                     room -= 1;
+                    if self.peers[p].in_active {
+                        // Its visit in this poll's transmit pass sends it.
+                        continue;
+                    }
+                    if self.quick_ack(link, p, budget) {
+                        written += 1;
+                        self.went_quiet(p, now);
+                    } else {
+                        self.peers[p].in_active = true;
+                        self.active.push(p);
+                    }
                 }
                 None => {}
             }
         }
+        written
     }
 
     /// Retires a request and queues its completion.

@@ -303,8 +303,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Peer `p`'s ack, if its visit would send that and nothing else and leave it quiet
     /// (then it is off the active peers); false: leave it to the pass over the active peers
     /// (as also when the burst is full or the link has no buffer: that pass counts it).
-    #[inline]
-    fn quick_ack(&mut self, link: &mut L, p: usize, budget: usize) -> bool {
+    #[inline(always)]
+    pub(super) fn quick_ack(&mut self, link: &mut L, p: usize, budget: usize) -> bool {
         let flags = self.ck_flag() as u8;
         let Engine {
             peers,
