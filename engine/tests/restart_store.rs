@@ -5,7 +5,8 @@
 //! once the idle peer's queues were given back (`Peer::shrink`) with that Pull still counted
 //! as queued control, the next control frame queued for the peer panicked the engine. And
 //! had the peer's new incarnation connected, the Pull would have asked it for a message id
-//! of its own, another message.
+//! of its own, another message. Likewise a synchronous eager message of the dead
+//! incarnation: its Matched would complete the new incarnation's send of the same id.
 
 mod common;
 use common::*;
@@ -90,4 +91,58 @@ fn rendezvous_messages_of_a_restarted_sender_leave_the_store() {
     assert!(w.wait(0, r3, 2_000_000).result.is_ok());
     assert_eq!(w.mem(0).get(&rb3), Some(&data));
     assert!(w.wait(1, s3, 2_000_000).result.is_ok());
+}
+
+/// Read off the same path as the fuzzer's find: an eager synchronous message of the dead
+/// incarnation, received after the peer came back, must not tell the new incarnation it was
+/// matched (message ids start over with each incarnation: the new one's synchronous send of
+/// the same id would complete unmatched), nor release credit the new session never gave.
+#[test]
+fn a_restarted_senders_synchronous_message_in_the_store_reports_to_nobody() {
+    let mut w = World::new(2, Faults::default(), 12, Config::default());
+    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    let ssend = |w: &mut World, tag: i32| {
+        let buf = w.mem(1).insert(pattern(1, tag as u32, 64));
+        w.nodes[1]
+            .eng
+            .isend(0, a, match_bits(0, tag), 1, buf, SendMode::Synchronous)
+            .unwrap()
+    };
+    let waiting = |w: &World, tag: i32| {
+        w.nodes[0]
+            .eng
+            .iprobe(0, MatchSpec::mpi(0, 1, tag))
+            .unwrap()
+            .is_some()
+    };
+    ssend(&mut w, 1);
+    w.run_until(100_000, |w| waiting(w, 1));
+    // B restarts; its new incarnation's first synchronous send has the same message id.
+    w.add_node(1, 777);
+    w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    let s7 = ssend(&mut w, 7);
+    w.run_until(100_000, |w| waiting(w, 7));
+    // A receives the old message: it is whole at A, so it is delivered.
+    let rb = w.mem(0).insert(vec![0; 64]);
+    let r1 = w.nodes[0]
+        .eng
+        .irecv(0, MatchSpec::mpi(0, 1, 1), rb)
+        .unwrap();
+    assert!(w.wait(0, r1, 100_000).result.is_ok());
+    assert_eq!(w.mem(0).get(&rb), Some(&pattern(1, 1, 64)));
+    let until = w.now + 50_000_000;
+    w.run_until(1_000_000, |w| w.now > until);
+    assert!(
+        w.nodes[1].eng.is_pending(s7),
+        "the new incarnation's synchronous send completed before anything matched it"
+    );
+    // Matched for real, it completes.
+    let rb7 = w.mem(0).insert(vec![0; 64]);
+    let r7 = w.nodes[0]
+        .eng
+        .irecv(0, MatchSpec::mpi(0, 1, 7), rb7)
+        .unwrap();
+    assert!(w.wait(0, r7, 100_000).result.is_ok());
+    assert!(w.wait(1, s7, 1_000_000).result.is_ok());
 }

@@ -365,6 +365,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.unex.probed.retain(|_, x| *x != u);
             self.unex.remove(u);
         }
+        self.unex.orphan_from(p);
         failed.sort_unstable_by_key(|r| r.as_u64());
         failed.dedup();
         for r in failed {

@@ -140,6 +140,19 @@ impl<F> Store<F> {
         v
     }
 
+    /// Peer node `p` restarted: its eager messages held here stay (they are whole here, or
+    /// dropped by the caller), but owe nothing to its next incarnation, which reuses message
+    /// ids and starts credit over: no Matched for a synchronous one, no credit released.
+    pub(super) fn orphan_from(&mut self, p: usize) {
+        if !self.holds_from(p) {
+            return;
+        }
+        for x in self.msgs.values_mut().filter(|x| x.peer == p) {
+            x.sync = false;
+            x.cost = 0;
+        }
+    }
+
     /// Whether messages of peer node `p` are held.
     pub(super) fn holds_from(&self, p: usize) -> bool {
         self.held.contains_key(&p)
