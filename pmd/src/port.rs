@@ -103,8 +103,9 @@ pub struct Port {
     /// DPDK's first memseg list as far as it was in use before the port connected (see
     /// `open`); chains whose segments all lie there go out as they are.
     zc_range: Option<(usize, usize)>,
-    /// Each chain's head refcnt before a zero-copy burst (see `tx_burst`).
-    chain_refs: Vec<u16>,
+    /// (index, head refcnt) of each chain sent as it is in a zero-copy burst (see
+    /// `tx_burst`).
+    chain_refs: Vec<(usize, u16)>,
     lin_warned: bool,
     /// The transmit offloads configured (DPDK's RTE_ETH_TX_OFFLOAD_* bits).
     tx_offloads: u64,
@@ -580,17 +581,16 @@ impl Port {
         let n = pkts.len().min(u16::MAX as usize);
         self.chain_refs.clear();
         if let Some(lin) = &self.linearize {
-            for slot in pkts.iter_mut().take(n) {
+            for (i, slot) in pkts.iter_mut().take(n).enumerate() {
                 if slot.nb_segs() > 1
                     && let Some(r) = self.zc_range
                     && slot
                         .segments()
                         .all(|s| in_range(r, s.as_ptr() as usize, s.len()))
                 {
-                    self.chain_refs.push(slot.refcnt());
+                    self.chain_refs.push((i, slot.refcnt()));
                     continue;
                 }
-                self.chain_refs.push(0);
                 if slot.nb_segs() > 1 {
                     match linearized(slot, lin) {
                         Ok(m) => *slot = m,
@@ -620,8 +620,7 @@ impl Port {
             // mbuf never go back to its pool. (22.11.11 does not; tests/zero_copy_chains.rs
             // checks that no mbuf is lost either way.) Only the first unsent frame can have
             // met it, and nothing else adds exactly one reference to it meanwhile.
-            if let Some(&before) = self.chain_refs.get(sent)
-                && before > 0
+            if let Some(&(_, before)) = self.chain_refs.iter().find(|(i, _)| *i == sent)
                 && (*base.add(sent)).refcnt() == before + 1
             {
                 sys::tigon_mbuf_refcnt_update((*base.add(sent)).as_ptr(), -1);
