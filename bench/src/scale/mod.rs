@@ -392,7 +392,8 @@ pub fn render(r: &Report) -> String {
          peer table) per peer. RSS B/peer: what the process grew per peer (engine A, the simulated\n\
          nodes' {} B each, freed heap included). A frames/msg: frames engine A sent per message\n\
          received (its acks), uniform phase; hot: the same, bursty phase. msgs/s: over engine A's\n\
-         time; loop msgs/s: over the whole loop's, the simulated nodes' work included.\n\
+         time (also A's clock: the nodes stand for other machines); loop msgs/s: over the whole\n\
+         loop's, the simulated nodes' work included.\n\
          msgs/s at the most peers / at the fewest: {:.2} (target >= 0.90)\nreproduce: {}",
         nodes::Nodes::bytes_per_node(),
         r.rate_ratio,
