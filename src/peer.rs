@@ -63,6 +63,9 @@ enum Mode {
     },
     /// Attach, post a large receive, and wait forever (to be killed).
     Hold,
+    /// Attach, post a 16 MiB receive, and say it polls forever without ever taking what the
+    /// agent lends it (to be killed holding leases).
+    HoldLent,
     /// Attach, then write garbage into the request ring: the agent must disconnect us.
     Garbage,
     /// Attach, post a receive (and a 1 MiB send to `--peer`, if given, that nobody receives),
@@ -300,6 +303,19 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
             loop {
                 c.progress();
                 std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Mode::HoldLent => {
+            let _r = c
+                .irecv(
+                    MatchSpec::mpi(CTX, ANY, 999),
+                    RecvInto::Vec(vec![0; 16 << 20]),
+                )
+                .map_err(err)?;
+            println!("holding");
+            loop {
+                c.polling();
+                std::thread::sleep(Duration::from_micros(5));
             }
         }
         Mode::Garbage => {

@@ -126,3 +126,224 @@ fn lend_and_give_back(a: &Agent, b: &Agent) {
     assert_eq!(num(&s, "/serve/clients_disconnected_garbage"), 0, "{s}");
     assert_eq!(num(&s, "/messages/failed"), 0, "{s}");
 }
+
+fn big(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .rotate_left(seed as u32) as u8
+        })
+        .collect()
+}
+
+/// Copies of a large message's payload at the receiving node: lent to the rank, which copied
+/// them (`lent_bytes`, counted as the rank's), and written by the engine (`direct_bytes`).
+fn lent_and_written(b: &Agent) -> (u64, u64, u64) {
+    let s = b.stats();
+    (
+        num(&s, "/copies/lent_bytes"),
+        num(&s, "/copies/direct_bytes"),
+        num(&s, "/copies/rank_bytes"),
+    )
+}
+
+fn held(b: &Agent) -> u64 {
+    num(&b.stats(), "/copies/leases_held")
+}
+
+/// A rendezvous message whose rank waits for it: the engine lends the frames it arrives in
+/// to the rank, which copies them into its buffer on its own core (the engine then copies
+/// each byte once, reading the sender's buffer, not three times); every byte reaches the
+/// buffer once, by the rank or by the engine, and every frame goes back.
+#[test]
+fn a_large_message_is_copied_by_the_rank_that_waits_for_it() {
+    let dir = TestDir::new("lend-large");
+    let (a, b) = memif_pair(&dir, &[]);
+    let tx = Client::attach(&a.socket).expect("attach to a");
+    let rx = Client::attach(&b.socket).expect("attach to b");
+    let len = 4 << 20;
+    let data = big(len, 1);
+    let r = rx
+        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; len]))
+        .expect("irecv");
+    let s = tx
+        .isend_vec(
+            rx.addr(),
+            match_bits(3, 9),
+            0,
+            data.clone(),
+            SendMode::Standard,
+        )
+        .expect("isend");
+    match rx.wait(r).expect("receive completes") {
+        Done::Received {
+            status,
+            data: Some(v),
+        } => {
+            assert!(!status.truncated);
+            assert_eq!(status.received, len as u64);
+            assert!(v == data, "payload differs");
+        }
+        other => panic!("completed as {other:?}"),
+    }
+    tx.wait(s).expect("send completes");
+    let (lent, written, rank) = lent_and_written(&b);
+    assert!(lent > 0, "nothing lent to a waiting rank: {}", b.stats());
+    assert_eq!(lent + written, len as u64, "{}", b.stats());
+    assert_eq!(rank, lent, "the rank counts what it copied: {}", b.stats());
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || held(&b) == 0),
+        "frames still lent: {}",
+        b.stats()
+    );
+}
+
+/// A receive into a buffer shorter than the message: what fits is delivered, lent or not,
+/// and the status says truncated.
+#[test]
+fn a_truncated_large_receive_gets_what_fits_and_says_so() {
+    let dir = TestDir::new("lend-trunc");
+    let (a, b) = memif_pair(&dir, &[]);
+    let tx = Client::attach(&a.socket).expect("attach to a");
+    let rx = Client::attach(&b.socket).expect("attach to b");
+    let (len, cap) = (3 << 20, (1 << 20) + 5);
+    let data = big(len, 2);
+    let r = rx
+        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; cap]))
+        .expect("irecv");
+    let s = tx
+        .isend_vec(
+            rx.addr(),
+            match_bits(3, 9),
+            0,
+            data.clone(),
+            SendMode::Standard,
+        )
+        .expect("isend");
+    match rx.wait(r).expect("receive completes") {
+        Done::Received {
+            status,
+            data: Some(v),
+        } => {
+            assert!(status.truncated, "{status:?}");
+            assert_eq!((status.len, status.received), (len as u64, cap as u64));
+            assert!(v[..] == data[..cap], "payload differs");
+        }
+        other => panic!("completed as {other:?}"),
+    }
+    tx.wait(s).expect("send completes");
+    let (lent, written, _) = lent_and_written(&b);
+    assert!(lent > 0, "{}", b.stats());
+    assert_eq!(lent + written, cap as u64, "{}", b.stats());
+}
+
+/// A rank that stops polling in the middle of a transfer (it computes) no longer gets frames
+/// lent: the engine writes the rest into its buffer, the transfer goes on without it (the
+/// send completes while the rank does nothing), and the rank, back in MPI, copies what it
+/// was lent before and has the whole message.
+#[test]
+fn a_rank_that_stops_polling_mid_transfer_does_not_stall_it() {
+    let dir = TestDir::new("lend-stop");
+    let (a, b) = memif_pair(&dir, &[]);
+    let tx = Client::attach(&a.socket).expect("attach to a");
+    let rx = Client::attach(&b.socket).expect("attach to b");
+    let len = 32 << 20;
+    let data = big(len, 3);
+    let r = rx
+        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; len]))
+        .expect("irecv");
+    let s = tx
+        .isend_vec(
+            rx.addr(),
+            match_bits(3, 9),
+            0,
+            data.clone(),
+            SendMode::Standard,
+        )
+        .expect("isend");
+    // Poll until the first lent frames are copied, then stop.
+    let t0 = std::time::Instant::now();
+    loop {
+        rx.polling();
+        if rx.progress() > 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "nothing lent in a minute: {}",
+            b.stats()
+        );
+    }
+    tx.wait(s)
+        .expect("the send completes while the receiver computes");
+    let (lent, written, _) = lent_and_written(&b);
+    let holding = held(&b);
+    assert!(lent > 0 && written > 0, "{}", b.stats());
+    assert!(
+        holding < tigon_engine::channel::LEASE_SLOTS as u64,
+        "lending went on after the rank stopped polling: {holding} frames held, {}",
+        b.stats()
+    );
+    match rx.wait(r).expect("receive completes") {
+        Done::Received {
+            status,
+            data: Some(v),
+        } => {
+            assert_eq!(status.received, len as u64);
+            assert!(v == data, "payload differs");
+        }
+        other => panic!("completed as {other:?}"),
+    }
+    let (lent, written, _) = lent_and_written(&b);
+    assert_eq!(lent + written, len as u64, "{}", b.stats());
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || held(&b) == 0),
+        "{}",
+        b.stats()
+    );
+}
+
+/// A rank killed while it holds lent frames of a large receive (it polled, never copied)
+/// gives them all back; the transfer did not wait for it (bounded lending: past its lease
+/// slots the engine wrote the rest).
+#[test]
+fn a_rank_killed_holding_lent_frames_gives_them_back() {
+    let dir = TestDir::new("lend-kill");
+    let (a, b) = memif_pair(&dir, &[]);
+    let mut p = Peer::spawn(&dir, &b, "rx", None, 0, &["hold-lent"]);
+    p.wait_line(std::time::Duration::from_secs(30), |l| l == "holding");
+    let addr = std::fs::read_to_string(dir.addr().join("rx")).expect("peer address");
+    let to = addr.trim().parse().expect("an endpoint address");
+    let tx = Client::attach(&a.socket).expect("attach to a");
+    let s = tx
+        .isend_vec(
+            to,
+            match_bits(1, 999),
+            0,
+            big(16 << 20, 4),
+            SendMode::Standard,
+        )
+        .expect("isend");
+    tx.wait(s)
+        .expect("the send completes while the receiver holds lent frames");
+    let h = held(&b);
+    assert!(
+        h > 0 && h <= tigon_engine::channel::LEASE_SLOTS as u64,
+        "{h} frames held: {}",
+        b.stats()
+    );
+    p.kill();
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || held(&b) == 0
+            && num(&b.stats(), "/clients") == 0),
+        "frames still lent after the rank died: {}",
+        b.stats()
+    );
+    assert_eq!(
+        num(&b.stats(), "/serve/clients_disconnected_garbage"),
+        0,
+        "{}",
+        b.stats()
+    );
+}

@@ -20,7 +20,12 @@ pub struct Client {
     agent_pid: i32,
     /// The channel, for sleeping outside the lock.
     waiter: Channel,
+    /// It maps the node's receive memory: frames may be lent to it.
+    maps_rx: bool,
 }
+
+/// A client says it polls at most this often (a store the agent's core reads).
+const MARK_POLLED_EVERY_NS: u64 = 2_000;
 
 impl Client {
     /// A client over `inner`'s channel (see [`Client::attach`]).
@@ -33,6 +38,7 @@ impl Client {
     ) -> Client {
         let waiter = inner.ch.clone();
         Client {
+            maps_rx: inner.rx.is_some(),
             data_size: inner.ch.geo.data_size as u64,
             inner: Mutex::new(inner),
             addr,
@@ -168,7 +174,7 @@ impl Client {
     pub fn irecv(&self, spec: MatchSpec, into: RecvInto) -> Result<Req> {
         let mut g = self.lock();
         let mut d = recv_desc(spec);
-        let (data, keep) = match into {
+        let (data, keep, raw) = match into {
             RecvInto::Channel(cap) => {
                 if cap > self.data_size {
                     return Err(Error::Failed {
@@ -191,19 +197,19 @@ impl Client {
                 };
                 d.data_idx = di;
                 d.len = cap;
-                (Some(di), None)
+                (Some(di), None, None)
             }
             RecvInto::Vec(mut v) => {
                 d.flags |= channel::FLAG_DIRECT;
                 d.addr = v.as_mut_ptr() as u64;
                 d.len = v.len() as u64;
-                (None, Some(v))
+                (None, Some(v), None)
             }
-            RecvInto::Raw { addr, len } => {
+            RecvInto::Raw(b) => {
                 d.flags |= channel::FLAG_DIRECT;
-                d.addr = addr;
-                d.len = len;
-                (None, None)
+                d.addr = b.addr();
+                d.len = b.len() as u64;
+                (None, None, Some(b))
             }
         };
         g.submit(
@@ -211,6 +217,7 @@ impl Client {
             Pending::Recv {
                 data,
                 keep,
+                raw,
                 lease: false,
             },
         )
@@ -336,12 +343,13 @@ impl Client {
                 Pending::Recv {
                     data: Some(di),
                     keep: None,
+                    raw: None,
                     lease,
                 },
             )?;
             return Ok((r, true));
         }
-        let keep = match fallback {
+        let (keep, raw) = match fallback {
             RecvInto::Channel(_) => {
                 return Err(Error::Failed {
                     status: status::INVALID,
@@ -352,13 +360,13 @@ impl Client {
                 d.flags |= channel::FLAG_DIRECT;
                 d.addr = v.as_mut_ptr() as u64;
                 d.len = v.len() as u64;
-                Some(v)
+                (Some(v), None)
             }
-            RecvInto::Raw { addr, len } => {
+            RecvInto::Raw(b) => {
                 d.flags |= channel::FLAG_DIRECT;
-                d.addr = addr;
-                d.len = len;
-                None
+                d.addr = b.addr();
+                d.len = b.len() as u64;
+                (None, Some(b))
             }
         };
         let r = g.submit(
@@ -366,6 +374,7 @@ impl Client {
             Pending::Recv {
                 data: None,
                 keep,
+                raw,
                 lease: false,
             },
         )?;
@@ -380,7 +389,7 @@ impl Client {
             data_idx: NO_DATA,
             ..Desc::default()
         };
-        let (data, keep) = match into {
+        let (data, keep, raw) = match into {
             RecvInto::Channel(cap) => {
                 let di = g.alloc_data()?.ok_or(Error::Failed {
                     status: status::INVALID,
@@ -388,19 +397,19 @@ impl Client {
                 })?;
                 d.data_idx = di;
                 d.len = cap.min(self.data_size);
-                (Some(di), None)
+                (Some(di), None, None)
             }
             RecvInto::Vec(mut v) => {
                 d.flags |= channel::FLAG_DIRECT;
                 d.addr = v.as_mut_ptr() as u64;
                 d.len = v.len() as u64;
-                (None, Some(v))
+                (None, Some(v), None)
             }
-            RecvInto::Raw { addr, len } => {
+            RecvInto::Raw(b) => {
                 d.flags |= channel::FLAG_DIRECT;
-                d.addr = addr;
-                d.len = len;
-                (None, None)
+                d.addr = b.addr();
+                d.len = b.len() as u64;
+                (None, None, Some(b))
             }
         };
         g.submit(
@@ -408,6 +417,7 @@ impl Client {
             Pending::Recv {
                 data,
                 keep,
+                raw,
                 lease: false,
             },
         )
@@ -436,6 +446,16 @@ impl Client {
     /// active receive, whose buffer the program may reuse at once. `Ok(false)`: it had
     /// finished already.
     pub fn abandon(&self, target: Req) -> Result<bool> {
+        {
+            let mut g = self.lock();
+            // No fragment lent from now on is copied into its buffer.
+            if let Some(s) = g.slots.get_mut(target.idx as usize)
+                && s.generation == target.generation
+                && let Some(Pending::Recv { raw, .. }) = &mut s.what
+            {
+                *raw = None;
+            }
+        }
         let d = Desc {
             op: Op::Cancel as u8,
             flags: channel::FLAG_ABANDON,
@@ -469,14 +489,39 @@ impl Client {
         self.waiter.wait_completions(timeout);
     }
 
-    /// Waits for `r`: polls for 20 µs, then sleeps until the agent queues completions.
+    /// Says this process waits for its operations now, polling (a wait loop, not a program
+    /// computing between tests): while it keeps saying so, the agent may lend it the frames
+    /// of its large receives to copy ([`tigon_engine::channel::Fragment`]) instead of
+    /// writing them into its memory from the engine's core. Cheap: a clock read, and a
+    /// store every few µs.
+    pub fn polling(&self) {
+        if !self.maps_rx {
+            return;
+        }
+        let now = tigon_shm::signals::monotonic_ns();
+        if now.saturating_sub(self.waiter.polled()) >= MARK_POLLED_EVERY_NS {
+            self.waiter.mark_polled(now);
+        }
+    }
+
+    /// Waits for `r`: polls (copying what the agent lends meanwhile) while things happen,
+    /// then, after the idle time of [`crate::set_wait_policy`], sleeps until the agent
+    /// queues completions.
     pub fn wait(&self, r: Req) -> Result<Done> {
-        let backoff = Backoff::new();
+        let mut backoff = Backoff::new();
         loop {
-            if let Some(d) = self.test(r)? {
+            self.polling();
+            let mut g = self.lock();
+            let n = g.progress();
+            if let Some(d) = g.take(r)? {
                 return Ok(d);
             }
-            backoff.idle(&self.waiter);
+            drop(g);
+            if n > 0 {
+                backoff = Backoff::new();
+            } else {
+                backoff.idle(&self.waiter);
+            }
         }
     }
 
@@ -514,13 +559,15 @@ impl Client {
         Ok(())
     }
 
-    /// Progresses and moves every finished notified request into `out`; returns how many.
+    /// Progresses and moves every finished notified request into `out`; returns how many,
+    /// plus the lent fragments it copied (work done too).
     pub fn drain(&self, out: &mut Vec<Notified>) -> usize {
         let mut g = self.lock();
-        g.progress();
-        let n = g.ready.len();
+        let n = g.progress();
+        let done = g.ready.len();
         out.extend(g.ready.drain(..));
-        n
+        // Completions count once: as notified, or as left for `test`.
+        done.max(n)
     }
 
     /// Operations not yet finished.

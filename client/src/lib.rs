@@ -29,6 +29,8 @@ pub use client::Client;
 pub use error::{Error, Result};
 pub use ops::{Done, Lease, Notified, RecvInto, Req, Status};
 use std::path::PathBuf;
+/// A receive buffer of this process ([`RecvInto::Raw`]).
+pub use tigon_shm::RecvBuf;
 pub use wait::set_wait_policy;
 
 /// Where agents put their sockets unless told otherwise.

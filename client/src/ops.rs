@@ -87,21 +87,8 @@ pub enum RecvInto {
     Channel(u64),
     /// A buffer the client owns, written directly by the engine; returned in [`Done`].
     Vec(Vec<u8>),
-    /// Raw memory of this process, written directly by the engine. Built only by
-    /// [`RecvInto::raw`].
-    Raw { addr: u64, len: u64 },
-}
-
-impl RecvInto {
-    /// Memory at `addr` of `len` bytes, to be written by the agent while the receive is
-    /// pending.
-    ///
-    /// # Safety
-    /// The memory must stay valid, and untouched by this process, until the receive completes.
-    pub unsafe fn raw(addr: *mut u8, len: usize) -> RecvInto {
-        RecvInto::Raw {
-            addr: addr as u64,
-            len: len as u64,
-        }
-    }
+    /// Memory of this process, written directly by the engine, or, while the caller waits
+    /// for it, by the client from frames the agent lends (its `RecvBuf` is the caller's word
+    /// that the memory stays valid and untouched until the receive completes).
+    Raw(tigon_shm::RecvBuf),
 }

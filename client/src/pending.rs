@@ -10,10 +10,13 @@ use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 use tigon_engine::channel::{self, Channel, Desc, Op, status};
-use tigon_shm::ReadOnlyRegion;
+use tigon_shm::signals::monotonic_ns;
 use tigon_shm::wake::EventFd;
+use tigon_shm::{ReadOnlyRegion, RecvBuf};
 
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+/// Leases given back on the lease ring at once, at most.
+const GIVE_BACK_BATCH: usize = 32;
 
 pub(crate) enum Pending {
     Send {
@@ -23,6 +26,9 @@ pub(crate) enum Pending {
     Recv {
         data: Option<u32>,
         keep: Option<Vec<u8>>,
+        /// Memory of this process the receive writes (see [`crate::RecvInto::Raw`]); `None`
+        /// once abandoned: lent fragments are then given back uncopied.
+        raw: Option<RecvBuf>,
         /// The payload of a channel receive stays in its buffer for the caller to take.
         lease: bool,
     },
@@ -229,11 +235,13 @@ impl Inner {
         self.dead = Some(why);
     }
 
+    /// Takes completions (and copies the fragments lent meanwhile); returns how many of
+    /// both.
     pub(crate) fn progress(&mut self) -> usize {
         if self.dead.is_some() {
             return 0;
         }
-        let mut n = 0;
+        let mut n = self.take_fragments();
         loop {
             let idx = match self.ch.completions.pop() {
                 Ok(Some(i)) => i,
@@ -243,7 +251,9 @@ impl Inner {
                     break;
                 }
             };
-            n += 1;
+            // Every fragment the agent lent for it went on the lent ring before its index
+            // went on this one: copied before it completes.
+            n += 1 + self.take_fragments();
             if let Err(e) = self.complete(idx) {
                 self.kill(e);
                 break;
@@ -252,6 +262,58 @@ impl Inner {
         if n == 0 && self.last_check.elapsed() >= LIVENESS_EVERY {
             self.last_check = Instant::now();
             self.check_agent();
+        }
+        n
+    }
+
+    /// Copies the fragments of large receives the agent lent (see
+    /// `tigon_engine::channel::Fragment`) into their receive buffers and gives the frames
+    /// back, in batches; returns how many.
+    fn take_fragments(&mut self) -> usize {
+        let Inner { ch, rx, slots, .. } = self;
+        let Some(rx) = rx.as_ref() else {
+            return 0;
+        };
+        let (mut n, mut copied, mut given) = (0, 0u64, [0u32; GIVE_BACK_BATCH]);
+        let mut broken = None;
+        loop {
+            let id = match ch.lent.pop() {
+                Ok(Some(id)) => id,
+                Ok(None) => break,
+                Err(e) => {
+                    broken = Some(e.to_string());
+                    break;
+                }
+            };
+            match ch.fragment(id) {
+                Ok(f) => copied += place(rx, slots, &f),
+                Err(e) => {
+                    broken = Some(format!("the agent lent {e}"));
+                    break;
+                }
+            }
+            given[n % GIVE_BACK_BATCH] = id;
+            n += 1;
+            if n.is_multiple_of(GIVE_BACK_BATCH) {
+                // The lease ring holds every lease this client can hold: never full.
+                let _ = ch.leases.push_all(&given);
+            }
+        }
+        if n == 0 {
+            if let Some(why) = broken {
+                self.kill(why);
+            }
+            return 0;
+        }
+        let _ = ch.leases.push_all(&given[..n % GIVE_BACK_BATCH]);
+        ch.count_client_copy(copied);
+        // Copying took a while: still polling, if the caller was before.
+        let now = monotonic_ns();
+        if now.saturating_sub(ch.polled()) < channel::POLLED_WITHIN_NS {
+            ch.mark_polled(now);
+        }
+        if let Some(why) = broken {
+            self.kill(why);
         }
         n
     }
@@ -384,4 +446,28 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Copies fragment `f` out of the receive memory into the buffer of the receive it names,
+/// if that receive is still in flight and its buffer the client's to write (not abandoned);
+/// returns the bytes copied.
+fn place(rx: &ReadOnlyRegion, slots: &mut [Slot], f: &channel::Fragment) -> u64 {
+    let Some(slot) = slots.get_mut(f.desc as usize) else {
+        return 0;
+    };
+    if slot.generation as u64 != f.user || slot.done.is_some() {
+        return 0;
+    }
+    let (len, at) = (f.len as usize, f.msg_off as usize);
+    let ok = match &mut slot.what {
+        Some(Pending::Recv { raw: Some(b), .. }) => {
+            rx.copy_to(f.rx_off as usize, len, b, at).is_ok()
+        }
+        Some(Pending::Recv { keep: Some(v), .. }) => at
+            .checked_add(len)
+            .and_then(|end| v.get_mut(at..end))
+            .is_some_and(|dst| rx.read(f.rx_off as usize, dst).is_ok()),
+        _ => false,
+    };
+    if ok { len as u64 } else { 0 }
 }

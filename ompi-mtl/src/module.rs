@@ -17,7 +17,7 @@ use crate::{endpoint, message, report};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
-use tigon_client::RecvInto;
+use tigon_client::{RecvBuf, RecvInto};
 use tigon_engine::matching::{match_bits, split_bits};
 use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
 
@@ -409,8 +409,10 @@ fn post_recv(
         );
     }
     // SAFETY: `buf` holds `len` writable bytes (the user's buffer or a bounce buffer) that the
-    // PML keeps alive and untouched until this request completes.
-    let direct = unsafe { RecvInto::raw(buf, len) };
+    // PML keeps alive and untouched until this request completes; a free of the request
+    // while active abandons it first (`tigon_request_freeing`: the client then copies no
+    // lent fragment there).
+    let direct = RecvInto::Raw(unsafe { RecvBuf::new(buf, len) });
     // Small receives go through a channel buffer when one is free, else straight into `buf`.
     let cap = if len as u64 <= m.channel_max {
         len as u64

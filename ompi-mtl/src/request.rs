@@ -614,17 +614,39 @@ pub fn progress_now() -> usize {
     n
 }
 
+thread_local! {
+    /// When this thread's last progress call ended (`now_ns`).
+    static LAST_CALL: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Tells the agent this thread waits, polling, when this progress call follows the last
+/// one within [`WAIT_LOOP_GAP_NS`] (a wait loop, or tests with next to nothing between
+/// them): the frames of large receives may then be lent to this rank, which copies them
+/// on its own core in the calls that follow; a rank computing between its calls leaves
+/// that copy to the agent.
+fn note_polling(m: &Mtl) {
+    let now = now_ns();
+    if now.saturating_sub(LAST_CALL.get()) < WAIT_LOOP_GAP_NS {
+        m.client.polling();
+    }
+}
+
 /// The callback registered with `opal_progress_register`.
 ///
 /// # Safety
 /// Called by Open MPI's progress engine only (any thread).
 pub unsafe extern "C" fn progress() -> c_int {
+    if let Some(m) = mtl() {
+        note_polling(m);
+    }
     let mut n = progress_now();
     // Woken by a completion: take it now, and tell Open MPI there was work (it would yield
     // the processor otherwise, before its caller sees the completion).
     if n == 0 && maybe_nap() {
         n = progress_now();
     }
+    // From the end of this call: copying lent frames may have taken a while.
+    LAST_CALL.set(now_ns());
     n.min(c_int::MAX as usize) as c_int
 }
 

@@ -58,6 +58,9 @@ pub struct Copied {
     pub dma: u64,
     /// Copies to and from the ranks' own memory (`process_vm_*`).
     pub direct: u64,
+    /// Payload bytes of large messages lent to their ranks, which copied them (not the
+    /// engine: its part was the wire).
+    pub lent: u64,
 }
 
 pub struct AgentCopy {
@@ -94,6 +97,19 @@ impl AgentCopy {
             direct_syscalls: 0,
             rx_mem: None,
         }
+    }
+
+    /// Where `range` of `frame` lies in the receive memory the clients map, if it lies
+    /// there (in the frame's first segment): only such bytes may be lent.
+    fn rx_offset(&self, frame: &RxFrame, range: &Range<usize>) -> Option<u64> {
+        let rx = self.rx_mem.as_ref()?;
+        let RxFrame::Mbuf(m) = frame else {
+            return None;
+        };
+        let base = rx.as_ptr() as usize;
+        let at = m.data().as_ptr() as usize + range.start;
+        let inside = at >= base && at + range.len() <= base + rx.len();
+        (inside && range.end <= m.data().len()).then(|| (at - base) as u64)
     }
 
     /// Queues a received payload for a rank's own memory (written by [`Self::flush`]).
@@ -214,6 +230,21 @@ impl CopyEngine<RxFrame> for AgentCopy {
         let target = self.clients.resolve(dst, off, range.len())?;
         match target {
             Target::Direct(pid, addr) => {
+                // Its client polls for it: lent, the client copies it on its own core (the
+                // engine's part is done).
+                let frame = match self.rx_offset(&frame, &range) {
+                    Some(rx_off) => {
+                        let len = range.len() as u32;
+                        match self.clients.lend_fragment(dst, off, frame, rx_off, len) {
+                            Ok(()) => {
+                                self.bytes.lent += len as u64;
+                                return Ok(true);
+                            }
+                            Err(f) => f,
+                        }
+                    }
+                    None => frame,
+                };
                 self.queue_direct(PendingWrite {
                     frame,
                     range,
@@ -322,19 +353,10 @@ impl CopyEngine<RxFrame> for AgentCopy {
     }
 
     fn lend(&mut self, frame: RxFrame, range: Range<usize>, dst: &BufRef) -> Result<(), RxFrame> {
-        // Only a frame whose bytes lie in the receive memory the clients map.
-        let Some(rx) = &self.rx_mem else {
-            return Err(frame);
-        };
-        let RxFrame::Mbuf(m) = &frame else {
-            return Err(frame);
-        };
-        let base = rx.as_ptr() as usize;
-        let at = m.data().as_ptr() as usize + range.start;
-        if at < base || at + range.len() > base + rx.len() || range.end > m.data().len() {
-            return Err(frame);
+        match self.rx_offset(&frame, &range) {
+            Some(at) => self.clients.lend(dst, frame, at),
+            None => Err(frame),
         }
-        self.clients.lend(dst, frame, (at - base) as u64)
     }
 
     fn tx_ref(&self, src: &BufRef, off: u64, len: usize) -> Option<TxRef<'_>> {
@@ -410,7 +432,7 @@ mod tests {
     use super::*;
     use crate::agent::lease::Leases;
     use crate::agent::memory::{ClientMem, bufref};
-    use std::collections::HashSet;
+    use std::collections::HashMap;
     use std::sync::Arc;
     use tigon_engine::channel::Payload;
     use tigon_shm::Region;
@@ -424,15 +446,16 @@ mod tests {
         c.clients.insert(
             0,
             ClientMem {
-                armed: HashSet::new(),
+                armed: HashMap::new(),
                 region: Arc::new(Region::create("copy-test", 4096, false).unwrap()),
                 pid: std::process::id() as i32,
                 ext: None,
                 leases: Leases::default(),
+                fragments: None,
             },
         );
         let msg: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
-        let t = c.clients.arm(0);
+        let t = c.clients.arm(0, 0, 0);
         let whole = bufref(
             0,
             t,

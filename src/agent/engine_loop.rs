@@ -314,7 +314,7 @@ impl EngineLoop<'_> {
                         });
                         let r = n
                             .served
-                            .attach(&mut n.eng, ch, pid, ext)
+                            .attach(&mut n.eng, ch, pid, ext, rx.is_some())
                             .map(|(client, addr)| (client, n.link.addr_text(addr), rx));
                         let _ = reply.send(r);
                     }

@@ -39,6 +39,25 @@ impl Leases {
         Ok(())
     }
 
+    /// Holds `frame` under a lease the client is told of at once (a fragment of a large
+    /// message, named on the lent ring rather than in a completion); gives it back when all
+    /// slots are taken.
+    pub fn lend_now(&mut self, frame: RxFrame) -> Result<u32, RxFrame> {
+        let Some(id) = self.free.pop() else {
+            return Err(frame);
+        };
+        self.frames[id as usize] = Some(frame);
+        Ok(id)
+    }
+
+    /// Takes back lease `id` granted by [`Leases::lend_now`] that could not be told to the
+    /// client after all.
+    pub fn unlend(&mut self, id: u32) -> Option<RxFrame> {
+        let f = self.frames.get_mut(id as usize).and_then(Option::take)?;
+        self.free.push(id);
+        Some(f)
+    }
+
     /// The lease taken for operation `token`, if any: (lease, offset).
     pub fn take_pending(&mut self, token: u32) -> Option<(u32, u64)> {
         let i = self.pending.iter().position(|p| p.0 == token)?;
@@ -114,5 +133,24 @@ mod tests {
         assert!(l.give_back(LEASE_SLOTS).is_err(), "out of range");
         assert_eq!(l.held(), LEASE_SLOTS as usize - 1);
         assert!(l.lend(1000, frame(1), 0).is_ok(), "its slot serves again");
+    }
+
+    /// A fragment's lease is granted at once (given back without a completion first), from
+    /// the same slots as small messages'.
+    #[test]
+    fn fragment_leases_share_the_slots_and_are_granted_at_once() {
+        let mut l = Leases::default();
+        let a = l.lend_now(frame(1)).ok().expect("a free slot");
+        assert!(l.lend(1, frame(2), 0).is_ok());
+        let b = l.lend_now(frame(3)).ok().expect("a free slot");
+        assert_ne!(a, b);
+        assert_eq!(l.held(), 3);
+        assert!(l.give_back(a).is_ok(), "no completion needed");
+        assert!(l.unlend(b).is_some());
+        assert!(l.unlend(b).is_none());
+        assert!(l.give_back(b).is_err(), "taken back already");
+        assert_eq!(l.held(), 1);
+        while l.lend_now(frame(0)).is_ok() {}
+        assert_eq!(l.held(), LEASE_SLOTS as usize);
     }
 }

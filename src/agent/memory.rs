@@ -10,9 +10,9 @@
 
 use super::lease::{LeaseBudget, Leases};
 use super::link::RxFrame;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
-use tigon_engine::channel::Payload;
+use tigon_engine::channel::{Channel, Fragment, POLLED_WITHIN_NS, Payload};
 use tigon_engine::{BufRef, CopyError};
 use tigon_shm::Region;
 
@@ -47,8 +47,9 @@ pub trait ClientCopy {
 
 /// What the copy engine knows of a client.
 pub struct ClientMem {
-    /// Tokens of the client's operations whose buffers may be touched.
-    pub armed: HashSet<u32>,
+    /// Tokens of the client's operations whose buffers may be touched, with the descriptor
+    /// and the client's tag of each (a fragment lent for it names them).
+    pub armed: HashMap<u32, (u32, u64)>,
     pub region: Arc<Region>,
     /// The client's process, for direct copies.
     pub pid: i32,
@@ -56,6 +57,9 @@ pub struct ClientMem {
     pub ext: Option<Arc<tigon_pmd::ExtMem>>,
     /// Received frames lent to the client (see `lease`).
     pub leases: Leases,
+    /// The client's channel when it maps the receive memory: the fragments of its large
+    /// receives may then be lent to it while it polls ([`Clients::lend_fragment`]).
+    pub fragments: Option<Channel>,
 }
 
 /// Client memory by slot.
@@ -112,10 +116,56 @@ impl Clients {
         let Some(m) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
             return Err(frame);
         };
-        if !m.armed.contains(&token) {
+        if !m.armed.contains_key(&token) {
             return Err(frame);
         }
         m.leases.lend(token, frame, off)?;
+        self.budget.held += 1;
+        Ok(())
+    }
+
+    /// Lends `frame`, whose `len` payload bytes lie at `rx_off` of the receive memory and
+    /// belong at `off` of `b`, a direct receive buffer, to its client instead of writing them
+    /// there: only to a client that maps the receive memory and polls now (it copies them
+    /// while it waits), while its operation is armed, within its lease slots and the agent's
+    /// budget. Gives the frame back when it may not (then it is written as before).
+    pub fn lend_fragment(
+        &mut self,
+        b: &BufRef,
+        off: u64,
+        frame: RxFrame,
+        rx_off: u64,
+        len: u32,
+    ) -> Result<(), RxFrame> {
+        if b.region & DIRECT == 0 || self.budget.held >= self.budget.max {
+            return Err(frame);
+        }
+        let (slot, token) = slot_token(b.region);
+        let Some(m) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            return Err(frame);
+        };
+        let (Some(ch), Some(&(desc, user))) = (&m.fragments, m.armed.get(&token)) else {
+            return Err(frame);
+        };
+        let polled = ch.polled();
+        if polled == 0
+            || tigon_shm::signals::monotonic_ns().saturating_sub(polled) >= POLLED_WITHIN_NS
+        {
+            return Err(frame);
+        }
+        let id = m.leases.lend_now(frame)?;
+        let f = Fragment {
+            desc,
+            len,
+            user,
+            msg_off: off,
+            rx_off,
+        };
+        if ch.lend_fragment(id, &f).is_err() {
+            // A client that broke its ring gets nothing more (it is disconnected when the
+            // engine next reads its rings).
+            return Err(m.leases.unlend(id).expect("just lent"));
+        }
         self.budget.held += 1;
         Ok(())
     }
@@ -142,16 +192,18 @@ impl Clients {
         Ok(())
     }
 
-    /// A new token for an operation of client `slot`, armed: its buffers resolve until
-    /// [`Clients::disarm`]. Tokens are agent-wide (a successor in the slot never holds a
-    /// departed client's) and skip those still armed when the counter wraps.
-    pub fn arm(&mut self, slot: u32) -> u32 {
+    /// A new token for the operation in descriptor `desc` of client `slot` (tagged `user`
+    /// by the client), armed: its buffers resolve until [`Clients::disarm`]. Tokens are
+    /// agent-wide (a successor in the slot never holds a departed client's) and skip those
+    /// still armed when the counter wraps.
+    pub fn arm(&mut self, slot: u32, desc: u32, user: u64) -> u32 {
         let Some(m) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
             return 0;
         };
         loop {
             self.next_token = self.next_token.wrapping_add(1) & TOKEN_MASK;
-            if self.next_token != 0 && m.armed.insert(self.next_token) {
+            if self.next_token != 0 && !m.armed.contains_key(&self.next_token) {
+                m.armed.insert(self.next_token, (desc, user));
                 return self.next_token;
             }
         }
@@ -171,7 +223,7 @@ impl Clients {
         self.slots
             .get(slot)
             .and_then(Option::as_ref)
-            .is_some_and(|m| m.armed.contains(&token))
+            .is_some_and(|m| m.armed.contains_key(&token))
     }
 
     /// Resolves `b` plus `off`, checking `len` bytes fit the reference.
@@ -189,7 +241,7 @@ impl Clients {
             .get(slot)
             .and_then(Option::as_ref)
             .ok_or_else(|| CopyError("the client of this buffer is gone".into()))?;
-        if !m.armed.contains(&token) {
+        if !m.armed.contains_key(&token) {
             return Err(CopyError(
                 "the operation of this buffer is over or abandoned".into(),
             ));
@@ -235,11 +287,12 @@ mod tests {
 
     fn client(pid: i32) -> ClientMem {
         ClientMem {
-            armed: HashSet::new(),
+            armed: HashMap::new(),
             region: Arc::new(Region::create("memory-test", 4096, false).unwrap()),
             pid,
             ext: None,
             leases: Leases::default(),
+            fragments: None,
         }
     }
 
@@ -253,7 +306,7 @@ mod tests {
             ..Clients::default()
         };
         c.insert(1, client(100));
-        let t = c.arm(1);
+        let t = c.arm(1, 0, 0);
         let buf = Payload::Buffer {
             offset: 128,
             len: 64,
@@ -274,16 +327,16 @@ mod tests {
         );
         assert_eq!(c.take_lease(1, t), (1, 4096));
         assert_eq!(c.take_lease(1, t), (0, 0), "named once");
-        let u = c.arm(1);
+        let u = c.arm(1, 0, 0);
         assert!(c.lend(&bufref(1, u, lease), frame(), 0).is_ok());
-        let w = c.arm(1);
+        let w = c.arm(1, 0, 0);
         assert!(c.lend(&bufref(1, w, lease), frame(), 0).is_err(), "budget");
         assert_eq!(c.budget.held, 2);
         assert!(c.give_back(1, 0).is_ok());
         assert!(c.give_back(1, 0).is_err(), "given back twice");
         assert_eq!(c.budget.held, 1);
         c.disarm(1, u);
-        let v = c.arm(1);
+        let v = c.arm(1, 0, 0);
         c.disarm(1, v);
         assert!(
             c.lend(&bufref(1, v, lease), frame(), 0).is_err(),
@@ -299,7 +352,7 @@ mod tests {
     fn references_resolve_only_while_their_operation_is_armed() {
         let mut c = Clients::default();
         c.insert(3, client(100));
-        let t = c.arm(3);
+        let t = c.arm(3, 0, 0);
         let direct = bufref(
             3,
             t,
@@ -325,7 +378,7 @@ mod tests {
             Ok(Target::Channel(_, 128))
         ));
         assert!(c.resolve(&chan, 1, 64).is_err(), "overrun");
-        let u = c.arm(3);
+        let u = c.arm(3, 0, 0);
         assert_ne!(t, u);
         c.disarm(3, t);
         assert!(!c.armed(direct.region));
@@ -345,10 +398,11 @@ mod tests {
         c.remove(3);
         c.insert(3, client(200));
         assert!(c.resolve(&other, 0, 4).is_err());
-        let v = c.arm(3);
+        let v = c.arm(3, 0, 0);
         assert!(v != u && v != t, "tokens are not reused across clients");
         assert!(
-            c.arm(9) == 0 && !c.armed(bufref(9, 0, Payload::Direct { addr: 0, len: 0 }).region)
+            c.arm(9, 0, 0) == 0
+                && !c.armed(bufref(9, 0, Payload::Direct { addr: 0, len: 0 }).region)
         );
     }
 }

@@ -14,7 +14,7 @@
 
 use super::memory::{self, ClientCopy, ClientMem};
 use super::ops::{self, Started};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tigon_engine::channel::{Channel, Completion, Request, Submitted, status};
 use tigon_engine::{CopyEngine, EndpointAddr, Engine, Link, ReqId};
@@ -82,7 +82,8 @@ fn invalid(why: &str) -> String {
 }
 
 impl Served {
-    /// Adds a client: opens its endpoint and registers its memory. Returns (handle, address):
+    /// Adds a client: opens its endpoint and registers its memory (`maps_rx`: it was given
+    /// the receive memory to map, so frames may be lent to it). Returns (handle, address):
     /// the handle names this client only, even after its slot is reused (see [`handle`]).
     pub fn attach<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
         &mut self,
@@ -90,6 +91,7 @@ impl Served {
         ch: Channel,
         pid: i32,
         ext: Option<Arc<tigon_pmd::ExtMem>>,
+        maps_rx: bool,
     ) -> Result<(u64, EndpointAddr), String> {
         let addr = eng.open_endpoint(None).map_err(|e| e.to_string())?;
         let slot = self
@@ -102,11 +104,12 @@ impl Served {
         eng.copy_engine_mut().clients().insert(
             slot,
             ClientMem {
-                armed: HashSet::new(),
+                armed: HashMap::new(),
                 region: ch.region.clone(),
                 pid,
                 ext,
                 leases: Default::default(),
+                fragments: maps_rx.then(|| ch.clone()),
             },
         );
         let n = ch.geo.n_desc as usize;
@@ -292,7 +295,7 @@ impl Served {
             self.finish(eng, slot, idx, Completion::status(status));
             return Ok(());
         }
-        let token = eng.copy_engine_mut().clients().arm(slot);
+        let token = eng.copy_engine_mut().clients().arm(slot, idx, user);
         c.inflight[idx as usize] = Some(InFlight {
             user,
             req: None,

@@ -94,7 +94,9 @@ pub fn json(
 /// are what their clients report (into and out of channel buffers, and out of staging).
 /// `tx_in_place_bytes` are payload bytes the port sent straight from channel buffers (no
 /// copy by the engine); `leases_held` are received frames lent to ranks now (they read the
-/// payload where it arrived; `serve.leases` counts the receives completed so);
+/// payload where it arrived; `serve.leases` counts the receives completed so); `lent_bytes`
+/// are payload bytes of large messages lent fragment by fragment to ranks waiting for them
+/// (the ranks copied them: counted in `rank_bytes`, not the engine's);
 /// `unexpected_frames_held` are unexpected messages kept as the frame they came in (copied
 /// once, or lent, when they match: not copied into the store).
 fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
@@ -114,7 +116,7 @@ fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Val
         "dma_bytes": c.bytes.dma, "cpu_bytes": c.bytes.cpu + s.unexpected_copied_bytes,
         "unexpected_store_bytes": s.unexpected_copied_bytes, "direct_bytes": c.bytes.direct,
         "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
-        "tx_in_place_bytes": eng.stats.tx_in_place_bytes,
+        "tx_in_place_bytes": eng.stats.tx_in_place_bytes, "lent_bytes": c.bytes.lent,
         "leases_held": c.clients.budget.held, "leases_max": c.clients.budget.max,
         "unexpected_frames_held": eng.unexpected_frames(),
         "engine_per_payload_byte": per(engine), "ranks_per_payload_byte": per(ranks),

@@ -6,8 +6,12 @@ use tigon_shm::Ring;
 
 pub const HEADER_LEN: usize = 4096;
 /// Received frames a client may hold at once (leases: payloads it reads where they arrived,
-/// in the agent's receive memory, then gives back on the lease ring).
-pub const LEASE_SLOTS: u32 = 64;
+/// in the agent's receive memory, then gives back on the lease ring): small messages, and
+/// the fragments of large ones lent while the client polls (a 4 MiB message is 470 jumbo
+/// frames; 128 in the client's hands keep it copying while the engine lends the next).
+pub const LEASE_SLOTS: u32 = 128;
+/// Bytes of one entry of the fragment table (see `Channel::write_fragment`).
+pub const FRAGMENT_LEN: usize = 32;
 
 /// Sizes of a channel, fixed by the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +32,18 @@ impl Geometry {
     pub fn lease_ring_off(&self) -> usize {
         (self.cmp_ring_off() + Ring::bytes(self.n_desc)).next_multiple_of(64)
     }
+    /// The ring of fragment leases the engine hands the client (lease ids, whose entries
+    /// are in the fragment table).
+    pub fn lent_ring_off(&self) -> usize {
+        (self.lease_ring_off() + Ring::bytes(LEASE_SLOTS)).next_multiple_of(64)
+    }
+    /// The fragment table: one entry per lease id, written before its id goes on the lent
+    /// ring.
+    pub fn fragment_table_off(&self) -> usize {
+        (self.lent_ring_off() + Ring::bytes(LEASE_SLOTS)).next_multiple_of(64)
+    }
     pub fn desc_off(&self) -> usize {
-        (self.lease_ring_off() + Ring::bytes(LEASE_SLOTS)).next_multiple_of(4096)
+        (self.fragment_table_off() + LEASE_SLOTS as usize * FRAGMENT_LEN).next_multiple_of(4096)
     }
     pub fn data_off(&self) -> usize {
         (self.desc_off() + self.n_desc as usize * DESC_LEN).next_multiple_of(4096)

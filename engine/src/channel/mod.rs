@@ -14,7 +14,8 @@
 //! completion ring. Each index sits in at
 //! most one ring at a time and rings have a slot per descriptor, so a ring can never overflow.
 //! Large payloads do not pass through data buffers: the engine reads and writes the rank's
-//! own memory (`addr`, with [`FLAG_DIRECT`]).
+//! own memory (`addr`, with [`FLAG_DIRECT`]), or, while the client polls, lend it the frames
+//! they arrived in, fragment by fragment ([`Fragment`], the lent ring), for it to copy.
 mod desc;
 mod layout;
 mod request;
@@ -23,7 +24,7 @@ pub use desc::{
     Completion, DESC_LEN, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE, FLAG_SYNC,
     NO_DATA, Op, status,
 };
-pub use layout::{Geometry, HEADER_LEN, LEASE_SLOTS};
+pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
 use desc::{D_HANDLE, D_LEASE, D_RESULT, D_RESULT_LEN, D_TRUNCATED, D_USER};
@@ -35,7 +36,9 @@ use tigon_shm::{Region, Ring};
 pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 3: MProbe reports the bytes already at the node; Cancel may abandon instead.
 /// 4: leases of received frames (`FLAG_LEASE`, the lease ring, `Desc::lease`).
-pub const VERSION: u32 = 4;
+/// 5: fragments of large messages lent to a polling client (the lent ring, the fragment
+/// table, the polled word), 128 lease slots.
+pub const VERSION: u32 = 5;
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -57,6 +60,47 @@ const H_CMP_SEQ: usize = 60;
 /// Payload bytes the client has copied with its CPU (into channel buffers to send, out of
 /// them and of its own staging to receive): the rank's share of `tigon stats`' copies.
 const H_CLIENT_COPIED: usize = 64;
+/// When the client last polled in a wait (`tigon_shm::signals::monotonic_ns`; 0: never): the
+/// engine lends it the fragments of large messages only while this is recent.
+const H_POLLED: usize = 72;
+/// A client that said it polled this recently (see [`Channel::mark_polled`]) is waiting in a
+/// loop (which polls every few µs): the fragments of its large receives may be lent to it.
+/// Past this it computes, or sleeps, and the engine writes them into its memory instead.
+pub const POLLED_WITHIN_NS: u64 = 50_000;
+
+/// A fragment of a large message lent to the client: `len` bytes at `rx_off` of the node's
+/// receive memory belong at `msg_off` of the receive in descriptor `desc`, whose request
+/// carried `user`. The client copies them there and gives the lease back on the lease ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fragment {
+    pub desc: u32,
+    pub len: u32,
+    pub user: u64,
+    pub msg_off: u64,
+    pub rx_off: u64,
+}
+
+impl Fragment {
+    fn emit(&self) -> [u8; FRAGMENT_LEN] {
+        let mut b = [0u8; FRAGMENT_LEN];
+        b[0..4].copy_from_slice(&self.desc.to_le_bytes());
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..16].copy_from_slice(&self.user.to_le_bytes());
+        b[16..24].copy_from_slice(&self.msg_off.to_le_bytes());
+        b[24..32].copy_from_slice(&self.rx_off.to_le_bytes());
+        b
+    }
+    fn parse(b: &[u8; FRAGMENT_LEN]) -> Fragment {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+        Fragment {
+            desc: u32::from_le_bytes(b[0..4].try_into().expect("4")),
+            len: u32::from_le_bytes(b[4..8].try_into().expect("4")),
+            user: u64_at(8),
+            msg_off: u64_at(16),
+            rx_off: u64_at(24),
+        }
+    }
+}
 
 /// Agent state as published in the header.
 pub const STATE_RUNNING: u32 = 0;
@@ -71,8 +115,10 @@ pub struct Channel {
     pub requests: Ring,
     /// Engine → client.
     pub completions: Ring,
-    /// Client → engine: leases given back (`Desc::lease` - 1).
+    /// Client → engine: leases given back (`Desc::lease` - 1, or a fragment's lease id).
     pub leases: Ring,
+    /// Engine → client: fragment leases (ids into the fragment table).
+    pub lent: Ring,
 }
 
 impl Channel {
@@ -140,6 +186,7 @@ impl Channel {
             requests: Ring::new(region.clone(), geo.req_ring_off(), geo.n_desc)?,
             completions: Ring::new(region.clone(), geo.cmp_ring_off(), geo.n_desc)?,
             leases: Ring::new(region.clone(), geo.lease_ring_off(), LEASE_SLOTS)?,
+            lent: Ring::new(region.clone(), geo.lent_ring_off(), LEASE_SLOTS)?,
             region,
             geo,
         })
@@ -198,6 +245,49 @@ impl Channel {
         lease[..4].copy_from_slice(&c.lease.to_le_bytes());
         lease[8..].copy_from_slice(&c.lease_off.to_le_bytes());
         r.write(at + D_LEASE, &lease)
+    }
+
+    /// Engine: lends the client fragment `f` under lease `id` (its entry written, then the
+    /// id on the lent ring, which holds every lease id: it cannot be full).
+    pub fn lend_fragment(&self, id: u32, f: &Fragment) -> io::Result<()> {
+        let at = self.fragment_off(id)?;
+        self.region.write(at, &f.emit())?;
+        match self.lent.push(id) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(io::Error::other("lent ring full")),
+            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+        }
+    }
+
+    /// Client: the fragment lent under lease `id` (popped from the lent ring).
+    pub fn fragment(&self, id: u32) -> io::Result<Fragment> {
+        let mut b = [0u8; FRAGMENT_LEN];
+        self.region.read(self.fragment_off(id)?, &mut b)?;
+        Ok(Fragment::parse(&b))
+    }
+
+    fn fragment_off(&self, id: u32) -> io::Result<usize> {
+        if id >= LEASE_SLOTS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("lease {id} out of range"),
+            ));
+        }
+        Ok(self.geo.fragment_table_off() + id as usize * FRAGMENT_LEN)
+    }
+
+    /// Client: says it polls now (`now`: `tigon_shm::signals::monotonic_ns`).
+    pub fn mark_polled(&self, now: u64) {
+        if let Ok(a) = self.region.atomic_u64(H_POLLED) {
+            a.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Engine: when the client last said it polled (0: never).
+    pub fn polled(&self) -> u64 {
+        self.region
+            .atomic_u64(H_POLLED)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
     }
 
     pub fn heartbeat(&self) -> u64 {
@@ -433,6 +523,29 @@ mod tests {
         assert_eq!((d.status, d.handle, d.user), (status::NO_MATCH, 0x1234, 0));
         assert_eq!((d.lease, d.lease_off), (0, 0), "no lease left from before");
         assert!(agent.write_completion(16, &done).is_err());
+    }
+
+    /// A fragment goes from the engine to the client through its table entry and the lent
+    /// ring; a lease id out of range is refused.
+    #[test]
+    fn a_fragment_lease_reaches_the_client() {
+        let (agent, client) = pair(GEO);
+        let f = Fragment {
+            desc: 3,
+            len: 8948,
+            user: 0x1_0000_0002,
+            msg_off: 1 << 22,
+            rx_off: 0x12_3456,
+        };
+        agent.lend_fragment(LEASE_SLOTS - 1, &f).unwrap();
+        assert_eq!(client.lent.pop().unwrap(), Some(LEASE_SLOTS - 1));
+        assert_eq!(client.fragment(LEASE_SLOTS - 1).unwrap(), f);
+        assert!(agent.lend_fragment(LEASE_SLOTS, &f).is_err());
+        assert!(client.fragment(LEASE_SLOTS).is_err());
+        assert_eq!(agent.polled(), 0);
+        client.mark_polled(77);
+        assert_eq!(agent.polled(), 77);
+        assert!(GEO.fragment_table_off() + LEASE_SLOTS as usize * FRAGMENT_LEN <= GEO.desc_off());
     }
 
     #[test]

@@ -17,5 +17,5 @@ pub mod signals;
 pub mod sock;
 pub mod wake;
 
-pub use region::{ReadOnlyRegion, Region};
+pub use region::{ReadOnlyRegion, RecvBuf, Region};
 pub use ring::Ring;

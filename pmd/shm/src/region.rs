@@ -345,6 +345,66 @@ impl ReadOnlyRegion {
     }
 }
 
+impl ReadOnlyRegion {
+    /// Copies `len` bytes at `off` into `dst` at `dst_off` (a received payload into the
+    /// receive buffer it was meant for, read where the frame arrived).
+    pub fn copy_to(&self, off: usize, len: usize, dst: &RecvBuf, dst_off: usize) -> io::Result<()> {
+        let fits = |o: usize, l: usize| o.checked_add(len).is_some_and(|e| e <= l);
+        if !fits(off, self.len) || !fits(dst_off, dst.len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{len} bytes from {off} of a {}-byte region to {dst_off} of a {}-byte \
+                     buffer overrun one of them",
+                    self.len, dst.len
+                ),
+            ));
+        }
+        // SAFETY: both ranges are in bounds (checked); `dst` is memory of this process that
+        // `RecvBuf::new`'s caller vouched for, outside this read-only mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.addr.as_ptr().add(off),
+                (dst.addr as *mut u8).add(dst_off),
+                len,
+            )
+        };
+        Ok(())
+    }
+}
+
+/// A receive buffer of this process, which the agent writes while its receive is in flight
+/// and which this process may fill from frames lent to it ([`ReadOnlyRegion::copy_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvBuf {
+    addr: usize,
+    len: usize,
+}
+
+impl RecvBuf {
+    /// `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// The memory must be writable memory of this process, valid and written by nothing else
+    /// of this process until the receive it is posted for completes or is abandoned (the
+    /// owner of the `RecvBuf` stops using it then).
+    pub unsafe fn new(addr: *mut u8, len: usize) -> RecvBuf {
+        RecvBuf {
+            addr: addr as usize,
+            len,
+        }
+    }
+    pub fn addr(&self) -> u64 {
+        self.addr as u64
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 impl Drop for ReadOnlyRegion {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping we created; no references outlive self.
@@ -355,6 +415,23 @@ impl Drop for ReadOnlyRegion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lent payload is copied into a receive buffer of this process within both bounds.
+    #[test]
+    fn read_only_region_copies_into_a_receive_buffer_within_bounds() {
+        let owner = Region::create("ro-copy", 8192, false).unwrap();
+        owner.write(4000, b"payload").unwrap();
+        let ro = ReadOnlyRegion::from_fd(owner.fd().try_clone().unwrap(), 8192).unwrap();
+        let mut out = vec![0u8; 16];
+        // SAFETY: `out` outlives `dst` and is not touched while `dst` is used.
+        let dst = unsafe { RecvBuf::new(out.as_mut_ptr(), out.len()) };
+        ro.copy_to(4000, 7, &dst, 9).unwrap();
+        assert!(ro.copy_to(4000, 8, &dst, 9).is_err(), "past the buffer");
+        assert!(ro.copy_to(8190, 7, &dst, 0).is_err(), "past the region");
+        assert!(ro.copy_to(usize::MAX, 7, &dst, 0).is_err(), "overflow");
+        assert_eq!(&out[9..], b"payload");
+        assert_eq!(out[..9], [0; 9]);
+    }
 
     /// A read-only mapping reads what the owner wrote, refuses reads past its end, and
     /// cannot be written (a write through the mapping would fault: mprotect shows PROT_READ).

@@ -50,6 +50,21 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: a time two processes of this machine can compare (a
+/// rank says when it last polled, its agent checks how long ago that was).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Sets this thread's timer slack (how late the kernel may wake a sleeping thread), so an
 /// engine that naps when idle wakes within about `ns`.
 pub fn set_timer_slack_ns(ns: u64) {
