@@ -4,7 +4,9 @@
 //! batched: received frames for a rank are written by one vectored call per poll (or per
 //! 256 frames), and a burst's frames of a send buffer are read by one vectored call
 //! (`read_vectored`; short reads go through a 256 KiB read-ahead). Queued copies of every kind
-//! complete in submission order, each with its own outcome.
+//! complete in submission order, each with its own outcome. A received frame for a rank that
+//! polls for it is lent to the rank instead of written (`Clients::lend_fragment`): the rank
+//! copies it on its own core.
 
 use super::link::RxFrame;
 use super::memory::{ClientCopy, ClientMem, Clients, Target};

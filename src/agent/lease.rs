@@ -1,9 +1,10 @@
 //! Received frames lent to ranks: a small message that meets a receive whose rank maps the
 //! node's receive memory (read-only) is not copied into the rank's data buffer; its frame is
 //! held here, the completion names where its payload lies, and the rank copies it straight
-//! into its own buffer and gives the lease back on its channel's lease ring. What a rank
-//! holds is bounded (`LEASE_SLOTS` each, and the agent's `LeaseBudget` over all), and goes
-//! back to the pool when the rank leaves, however it left.
+//! into its own buffer and gives the lease back on its channel's lease ring; so do the
+//! frames of a large message for a rank that polls for it (`lend_now`, named on the lent
+//! ring). What a rank holds is bounded (`LEASE_SLOTS` each, and the agent's `LeaseBudget`
+//! over all), and goes back to the pool when the rank leaves, however it left.
 
 use super::link::RxFrame;
 use tigon_engine::channel::LEASE_SLOTS;

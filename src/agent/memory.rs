@@ -62,12 +62,25 @@ pub struct ClientMem {
     pub fragments: Option<Channel>,
 }
 
+/// Fragments of large receives not lent to clients that take them, by reason (they were
+/// written by the engine instead).
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct Unlent {
+    /// The client was not polling (it computes, or sleeps).
+    pub not_polling: u64,
+    /// It held all its lease slots.
+    pub slots_full: u64,
+    /// The agent had lent all it may (`LeaseBudget`).
+    pub budget: u64,
+}
+
 /// Client memory by slot.
 pub struct Clients {
     slots: Vec<Option<ClientMem>>,
     next_token: u32,
     /// Frames lent over all clients, and how many may be.
     pub budget: LeaseBudget,
+    pub unlent: Unlent,
 }
 
 impl Default for Clients {
@@ -76,6 +89,7 @@ impl Default for Clients {
             slots: Vec::new(),
             next_token: 0,
             budget: LeaseBudget { max: 0, held: 0 },
+            unlent: Unlent::default(),
         }
     }
 }
@@ -137,7 +151,7 @@ impl Clients {
         rx_off: u64,
         len: u32,
     ) -> Result<(), RxFrame> {
-        if b.region & DIRECT == 0 || self.budget.held >= self.budget.max {
+        if b.region & DIRECT == 0 {
             return Err(frame);
         }
         let (slot, token) = slot_token(b.region);
@@ -148,12 +162,25 @@ impl Clients {
             return Err(frame);
         };
         let polled = ch.polled();
-        if polled == 0
-            || tigon_shm::signals::monotonic_ns().saturating_sub(polled) >= POLLED_WITHIN_NS
-        {
+        if polled == 0 {
+            // A client that never polled in a wait (or cannot read the frames).
             return Err(frame);
         }
-        let id = m.leases.lend_now(frame)?;
+        if tigon_shm::signals::monotonic_ns().saturating_sub(polled) >= POLLED_WITHIN_NS {
+            self.unlent.not_polling += 1;
+            return Err(frame);
+        }
+        if self.budget.held >= self.budget.max {
+            self.unlent.budget += 1;
+            return Err(frame);
+        }
+        let id = match m.leases.lend_now(frame) {
+            Ok(id) => id,
+            Err(frame) => {
+                self.unlent.slots_full += 1;
+                return Err(frame);
+            }
+        };
         let f = Fragment {
             desc,
             len,

@@ -96,7 +96,8 @@ pub fn json(
 /// copy by the engine); `leases_held` are received frames lent to ranks now (they read the
 /// payload where it arrived; `serve.leases` counts the receives completed so); `lent_bytes`
 /// are payload bytes of large messages lent fragment by fragment to ranks waiting for them
-/// (the ranks copied them: counted in `rank_bytes`, not the engine's);
+/// (the ranks copied them: counted in `rank_bytes`, not the engine's), `unlent_fragments`
+/// those written by the engine instead, by reason, for ranks that take them;
 /// `unexpected_frames_held` are unexpected messages kept as the frame they came in (copied
 /// once, or lent, when they match: not copied into the store).
 fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Value {
@@ -117,6 +118,7 @@ fn copies(eng: &Engine<PortLink, AgentCopy>, served: &Served) -> serde_json::Val
         "unexpected_store_bytes": s.unexpected_copied_bytes, "direct_bytes": c.bytes.direct,
         "dma_errors": c.dma_errors, "rank_bytes": ranks, "payload_bytes": payload,
         "tx_in_place_bytes": eng.stats.tx_in_place_bytes, "lent_bytes": c.bytes.lent,
+        "unlent_fragments": c.clients.unlent,
         "leases_held": c.clients.budget.held, "leases_max": c.clients.budget.max,
         "unexpected_frames_held": eng.unexpected_frames(),
         "engine_per_payload_byte": per(engine), "ranks_per_payload_byte": per(ranks),
