@@ -152,6 +152,13 @@ fn held(b: &Agent) -> u64 {
     num(&b.stats(), "/copies/leases_held")
 }
 
+/// A receiver whose waits poll to the end (never nap: a transfer slowed by other work on
+/// the machine must not make it sleep, and so stop being lent frames, before they come).
+fn polling_receiver(b: &Agent) -> Client {
+    tigon_client::set_wait_policy(false, None);
+    Client::attach(&b.socket).expect("attach to b")
+}
+
 /// A rendezvous message whose rank waits for it: the engine lends the frames it arrives in
 /// to the rank, which copies them into its buffer on its own core (the engine then copies
 /// each byte once, reading the sender's buffer, not three times); every byte reaches the
@@ -161,7 +168,7 @@ fn a_large_message_is_copied_by_the_rank_that_waits_for_it() {
     let dir = TestDir::new("lend-large");
     let (a, b) = memif_pair(&dir, &[]);
     let tx = Client::attach(&a.socket).expect("attach to a");
-    let rx = Client::attach(&b.socket).expect("attach to b");
+    let rx = polling_receiver(&b);
     let len = 4 << 20;
     let data = big(len, 1);
     let r = rx
@@ -206,7 +213,7 @@ fn a_truncated_large_receive_gets_what_fits_and_says_so() {
     let dir = TestDir::new("lend-trunc");
     let (a, b) = memif_pair(&dir, &[]);
     let tx = Client::attach(&a.socket).expect("attach to a");
-    let rx = Client::attach(&b.socket).expect("attach to b");
+    let rx = polling_receiver(&b);
     let (len, cap) = (3 << 20, (1 << 20) + 5);
     let data = big(len, 2);
     let r = rx
@@ -247,7 +254,7 @@ fn a_rank_that_stops_polling_mid_transfer_does_not_stall_it() {
     let dir = TestDir::new("lend-stop");
     let (a, b) = memif_pair(&dir, &[]);
     let tx = Client::attach(&a.socket).expect("attach to a");
-    let rx = Client::attach(&b.socket).expect("attach to b");
+    let rx = polling_receiver(&b);
     let len = 32 << 20;
     let data = big(len, 3);
     let r = rx
