@@ -504,6 +504,14 @@ impl Client {
         }
     }
 
+    /// Says this process no longer waits (a wait of it got what it waited for): no frames
+    /// are lent to it until it polls again.
+    pub fn not_polling(&self) {
+        if self.maps_rx && self.waiter.polled() != 0 {
+            self.waiter.mark_polled(0);
+        }
+    }
+
     /// Waits for `r`: polls (copying what the agent lends meanwhile) while things happen,
     /// then, after the idle time of [`crate::set_wait_policy`], sleeps until the agent
     /// queues completions.

@@ -603,6 +603,11 @@ pub fn progress_now() -> usize {
     // Taken out of the thread-local: a completion callback may re-enter progress.
     let mut v = DRAINED.take();
     let n = m.client.drain(&mut v);
+    if !v.is_empty() {
+        // A wait of this rank may be over: it may compute next, and must not be lent
+        // frames to copy then (its next wait loop says it polls again within µs).
+        m.client.not_polling();
+    }
     for d in v.drain(..) {
         // SAFETY: every ctx handed to `notify` is 0 or a request's address.
         unsafe { complete(m, d.ctx, d.req, d.result) };

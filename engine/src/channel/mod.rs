@@ -64,9 +64,11 @@ const H_CLIENT_COPIED: usize = 64;
 /// engine lends it the fragments of large messages only while this is recent.
 const H_POLLED: usize = 72;
 /// A client that said it polled this recently (see [`Channel::mark_polled`]) is waiting in a
-/// loop (which polls every few µs): the fragments of its large receives may be lent to it.
-/// Past this it computes, or sleeps, and the engine writes them into its memory instead.
-pub const POLLED_WITHIN_NS: u64 = 50_000;
+/// loop (which polls every few µs, or yields to another rank of its core for a while): the
+/// fragments of its large receives may be lent to it. Past this it computes, and the engine
+/// writes them into its memory instead. (A client that sleeps, or whose wait got what it
+/// waited for, says so at once: [`Channel::wait_completions`], the MTL's progress.)
+pub const POLLED_WITHIN_NS: u64 = 200_000;
 
 /// A fragment of a large message lent to the client: `len` bytes at `rx_off` of the node's
 /// receive memory belong at `msg_off` of the receive in descriptor `desc`, whose request
@@ -365,6 +367,10 @@ impl Channel {
     pub fn wait_completions(&self, timeout: std::time::Duration) {
         let waiters = self.word(H_WAITERS);
         let seq = self.word(H_CMP_SEQ);
+        // Asleep, it copies nothing: no frames are lent to it meanwhile.
+        if self.polled() != 0 {
+            self.mark_polled(0);
+        }
         waiters.fetch_add(1, Ordering::SeqCst);
         let before = seq.load(Ordering::SeqCst);
         if self.completions.is_empty() && self.agent_state() == STATE_RUNNING {
