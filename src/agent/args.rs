@@ -80,6 +80,12 @@ pub struct AgentArgs {
     /// its share of it].
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+    /// Lend the frames of a large message to the receiving rank while it waits for it (it
+    /// copies them into its buffer on its own core: the engine core copies a received byte
+    /// once, not twice); off: the engine writes them into the rank's memory
+    /// (`process_vm_writev`) [default: on].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub lend_large: Option<bool>,
     /// Checksum every frame's payload in software, not only its headers [default: off: the
     /// link checks frames itself (Ethernet's FCS; memif and veth are memory)].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
@@ -174,6 +180,7 @@ impl AgentArgs {
             idle_poll_us,
             cpu_latency,
             nice,
+            lend_large,
             payload_checksum,
             wire,
             ip,
@@ -211,6 +218,8 @@ pub struct Settings {
     pub geometry: Geometry,
     /// Payloads the dmadev copies (if there is one) are at least this long.
     pub dma_threshold: usize,
+    /// `--lend-large`: frames of large messages may be lent to ranks that wait for them.
+    pub lend_large: bool,
     /// With `--idle yield`: polling after work, and the longest sleep on a link that cannot
     /// wake the engine.
     pub idle_spin: Duration,
@@ -562,6 +571,7 @@ impl AgentArgs {
             rx_queues,
             geometry,
             dma_threshold,
+            lend_large: a.lend_large.unwrap_or(true),
             idle_spin: Duration::from_micros(idle_spin),
             idle_poll: Duration::from_micros(idle_poll),
             cpu_latency_us,

@@ -62,6 +62,7 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             );
         }
         copy.rx_mem = plane.rx_mem;
+        copy.clients.lend_large = s.lend_large;
         if let Some(sl) = plane.slots {
             let _ = control.slots.set(sl);
         }

@@ -81,7 +81,14 @@ pub struct Clients {
     /// Frames lent over all clients, and how many may be.
     pub budget: LeaseBudget,
     pub unlent: Unlent,
+    /// Fragments of large messages may be lent (`--lend-large`).
+    pub lend_large: bool,
 }
+
+/// Leases a client may hold when a fragment is lent to it: the rest of its slots stay for
+/// small messages, and a rank that copies slower than frames arrive holds few (its receive
+/// completes only once it has copied what it holds).
+const FRAGMENTS_HELD_MAX: usize = 32;
 
 impl Default for Clients {
     fn default() -> Self {
@@ -90,6 +97,7 @@ impl Default for Clients {
             next_token: 0,
             budget: LeaseBudget { max: 0, held: 0 },
             unlent: Unlent::default(),
+            lend_large: true,
         }
     }
 }
@@ -151,7 +159,7 @@ impl Clients {
         rx_off: u64,
         len: u32,
     ) -> Result<(), RxFrame> {
-        if b.region & DIRECT == 0 {
+        if b.region & DIRECT == 0 || !self.lend_large {
             return Err(frame);
         }
         let (slot, token) = slot_token(b.region);
@@ -172,6 +180,10 @@ impl Clients {
         }
         if self.budget.held >= self.budget.max {
             self.unlent.budget += 1;
+            return Err(frame);
+        }
+        if m.leases.held() >= FRAGMENTS_HELD_MAX {
+            self.unlent.slots_full += 1;
             return Err(frame);
         }
         let id = match m.leases.lend_now(frame) {
