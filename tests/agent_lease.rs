@@ -166,7 +166,7 @@ fn polling_receiver(b: &Agent) -> Client {
 #[test]
 fn a_large_message_is_copied_by_the_rank_that_waits_for_it() {
     let dir = TestDir::new("lend-large");
-    let (a, b) = memif_pair(&dir, &[]);
+    let (a, b) = memif_pair(&dir, &["--lend-large"]);
     let tx = Client::attach(&a.socket).expect("attach to a");
     let rx = polling_receiver(&b);
     let len = 4 << 20;
@@ -211,7 +211,7 @@ fn a_large_message_is_copied_by_the_rank_that_waits_for_it() {
 #[test]
 fn a_truncated_large_receive_gets_what_fits_and_says_so() {
     let dir = TestDir::new("lend-trunc");
-    let (a, b) = memif_pair(&dir, &[]);
+    let (a, b) = memif_pair(&dir, &["--lend-large"]);
     let tx = Client::attach(&a.socket).expect("attach to a");
     let rx = polling_receiver(&b);
     let (len, cap) = (3 << 20, (1 << 20) + 5);
@@ -252,7 +252,7 @@ fn a_truncated_large_receive_gets_what_fits_and_says_so() {
 #[test]
 fn a_rank_that_stops_polling_mid_transfer_does_not_stall_it() {
     let dir = TestDir::new("lend-stop");
-    let (a, b) = memif_pair(&dir, &[]);
+    let (a, b) = memif_pair(&dir, &["--lend-large"]);
     let tx = Client::attach(&a.socket).expect("attach to a");
     let rx = polling_receiver(&b);
     let len = 32 << 20;
@@ -316,7 +316,7 @@ fn a_rank_that_stops_polling_mid_transfer_does_not_stall_it() {
 #[test]
 fn a_rank_killed_holding_lent_frames_gives_them_back() {
     let dir = TestDir::new("lend-kill");
-    let (a, b) = memif_pair(&dir, &[]);
+    let (a, b) = memif_pair(&dir, &["--lend-large"]);
     let mut p = Peer::spawn(&dir, &b, "rx", None, 0, &["hold-lent"]);
     p.wait_line(std::time::Duration::from_secs(30), |l| l == "holding");
     let addr = std::fs::read_to_string(dir.addr().join("rx")).expect("peer address");

@@ -97,7 +97,7 @@ impl Default for Clients {
             next_token: 0,
             budget: LeaseBudget { max: 0, held: 0 },
             unlent: Unlent::default(),
-            lend_large: true,
+            lend_large: false,
         }
     }
 }
