@@ -292,7 +292,7 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
             }
             fence(&a, "done")?;
         }
-        Mode::Hold => {
+        Mode::Hold | Mode::HoldLent => {
             let _r = c
                 .irecv(
                     MatchSpec::mpi(CTX, ANY, 999),
@@ -300,24 +300,17 @@ pub fn run(a: PeerArgs) -> Result<(), String> {
                 )
                 .map_err(err)?;
             println!("holding");
+            let lent = matches!(a.mode, Mode::HoldLent);
             loop {
-                c.progress();
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        Mode::HoldLent => {
-            let _r = c
-                .irecv(
-                    MatchSpec::mpi(CTX, ANY, 999),
-                    RecvInto::Vec(vec![0; 16 << 20]),
-                )
-                .map_err(err)?;
-            println!("holding");
-            loop {
-                c.polling();
-                // Not a sleep: with the kernel's timer slack it would outlast the agent's
-                // idea of polling.
-                std::thread::yield_now();
+                if lent {
+                    c.polling();
+                    // Not a sleep: with the kernel's timer slack it would outlast the
+                    // agent's idea of polling.
+                    std::thread::yield_now();
+                } else {
+                    c.progress();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
         }
         Mode::Garbage => {
