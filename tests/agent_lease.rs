@@ -58,6 +58,13 @@ fn a_zero_copy_memif_client_lends_its_frames_too() {
 /// `a` sends small messages to a rank of `b` that lets them be lent: read where they
 /// arrived, half taken, the rest given back when the rank leaves.
 fn lend_and_give_back(a: &Agent, b: &Agent) {
+    // Without --lend-large no fragment is lent: the clients need not say when they poll.
+    let c = Client::attach(&b.socket).expect("attach to b");
+    assert!(
+        !c.lends(),
+        "a client of an agent that does not lend keeps its polled word"
+    );
+    drop(c);
     let tx = Client::attach(&a.socket).expect("attach to a");
     let rx = Client::attach(&b.socket).expect("attach to b");
     let n = 40;
@@ -169,6 +176,8 @@ fn a_large_message_is_copied_by_the_rank_that_waits_for_it() {
     let (a, b) = memif_pair(&dir, &["--lend-large"]);
     let tx = Client::attach(&a.socket).expect("attach to a");
     let rx = polling_receiver(&b);
+    // A client of a lending agent is told so at attach (then it says when it polls).
+    assert!(rx.lends(), "the agent lends, the client does not know");
     let len = 4 << 20;
     let data = big(len, 1);
     let r = rx

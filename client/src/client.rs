@@ -20,8 +20,10 @@ pub struct Client {
     agent_pid: i32,
     /// The channel, for sleeping outside the lock.
     waiter: Channel,
-    /// It maps the node's receive memory: frames may be lent to it.
-    maps_rx: bool,
+    /// It maps the node's receive memory and the agent lends fragments of large messages
+    /// (`--lend-large`): only then does it say when it polls (a clock read and a store per
+    /// poll, for nothing otherwise).
+    lends: bool,
 }
 
 /// A client says it polls at most this often (a store the agent's core reads).
@@ -38,7 +40,7 @@ impl Client {
     ) -> Client {
         let waiter = inner.ch.clone();
         Client {
-            maps_rx: inner.rx.is_some(),
+            lends: inner.rx.is_some() && inner.ch.lends_fragments(),
             data_size: inner.ch.geo.data_size as u64,
             inner: Mutex::new(inner),
             addr,
@@ -495,7 +497,7 @@ impl Client {
     /// writing them into its memory from the engine's core. Cheap: a clock read, and a
     /// store every few µs.
     pub fn polling(&self) {
-        if !self.maps_rx {
+        if !self.lends {
             return;
         }
         let now = tigon_shm::signals::monotonic_ns();
@@ -504,10 +506,16 @@ impl Client {
         }
     }
 
+    /// Whether saying when it polls matters: the agent lends this process fragments of its
+    /// large receives while it polls (see [`Client::polling`]).
+    pub fn lends(&self) -> bool {
+        self.lends
+    }
+
     /// Says this process no longer waits (a wait of it got what it waited for): no frames
     /// are lent to it until it polls again.
     pub fn not_polling(&self) {
-        if self.maps_rx && self.waiter.polled() != 0 {
+        if self.lends && self.waiter.polled() != 0 {
             self.waiter.mark_polled(0);
         }
     }

@@ -603,7 +603,7 @@ pub fn progress_now() -> usize {
     // Taken out of the thread-local: a completion callback may re-enter progress.
     let mut v = DRAINED.take();
     let n = m.client.drain(&mut v);
-    if !v.is_empty() {
+    if !v.is_empty() && m.client.lends() {
         // A wait of this rank may be over: it may compute next, and must not be lent
         // frames to copy then (its next wait loop says it polls again within µs).
         m.client.not_polling();
@@ -641,17 +641,24 @@ fn note_polling(m: &Mtl) {
 /// # Safety
 /// Called by Open MPI's progress engine only (any thread).
 pub unsafe extern "C" fn progress() -> c_int {
-    if let Some(m) = mtl() {
-        note_polling(m);
-    }
+    let lends = match mtl() {
+        Some(m) if m.client.lends() => {
+            note_polling(m);
+            true
+        }
+        _ => false,
+    };
     let mut n = progress_now();
     // Woken by a completion: take it now, and tell Open MPI there was work (it would yield
     // the processor otherwise, before its caller sees the completion).
     if n == 0 && maybe_nap() {
         n = progress_now();
     }
-    // From the end of this call: copying lent frames may have taken a while.
-    LAST_CALL.set(now_ns());
+    // From the end of this call: copying lent frames may have taken a while. (Not kept
+    // where nothing is lent: a clock read per call for nothing.)
+    if lends {
+        LAST_CALL.set(now_ns());
+    }
     n.min(c_int::MAX as usize) as c_int
 }
 

@@ -94,6 +94,8 @@ impl Served {
         maps_rx: bool,
     ) -> Result<(u64, EndpointAddr), String> {
         let addr = eng.open_endpoint(None).map_err(|e| e.to_string())?;
+        // Before the client hears of its channel: it reads this once, when it attaches.
+        ch.set_lends_fragments(maps_rx && eng.copy_engine_mut().clients().lend_large);
         let slot = self
             .clients
             .iter()

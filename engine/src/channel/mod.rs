@@ -69,6 +69,9 @@ const H_POLLED: usize = 72;
 /// writes them into its memory instead. (A client that sleeps, or whose wait got what it
 /// waited for, says so at once: [`Channel::wait_completions`], the MTL's progress.)
 pub const POLLED_WITHIN_NS: u64 = 200_000;
+/// 1 when the agent may lend this client fragments of large messages (`--lend-large`): only
+/// then does its polled word mean anything, and only then does the client keep it.
+const H_LENDS: usize = 80;
 
 /// A fragment of a large message lent to the client: `len` bytes at `rx_off` of the node's
 /// receive memory belong at `msg_off` of the receive in descriptor `desc`, whose request
@@ -283,6 +286,16 @@ impl Channel {
         if let Ok(a) = self.region.atomic_u64(H_POLLED) {
             a.store(now, Ordering::Relaxed);
         }
+    }
+
+    /// Agent, before the client attaches: whether it may lend this client fragments.
+    pub fn set_lends_fragments(&self, lends: bool) {
+        self.word(H_LENDS).store(lends as u32, Ordering::Release);
+    }
+
+    /// Client: whether the agent may lend it fragments, so that its polled word is read.
+    pub fn lends_fragments(&self) -> bool {
+        self.word(H_LENDS).load(Ordering::Acquire) != 0
     }
 
     /// Engine: when the client last said it polled (0: never).
