@@ -111,6 +111,16 @@ fn parse_scale(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
+    // The host's mode before and after (see tigon_bench::host): figures from its slow mode
+    // are not comparable with those from its fast one.
+    let host = tigon_bench::host::probe();
+    let r = run_one(a);
+    println!("{}", tigon_bench::host::line(&host));
+    println!("{}", tigon_bench::host::line(&tigon_bench::host::probe()));
+    r
+}
+
+fn run_one(a: BenchArgs) -> Result<(), String> {
     match a.which {
         Which::Dma { dma: dev, budget } => {
             let mut b = tigon_pmd::Eal::builder()

@@ -3,6 +3,7 @@
 
 pub mod dma;
 pub mod engine;
+pub mod host;
 pub mod mpi;
 pub mod plot;
 pub mod report;

@@ -151,6 +151,7 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
         return Err("--fabric routed: raw Ethernet cannot cross the router; use --wire udp".into());
     }
     let cols = columns(&wires);
+    let host = tigon_bench::host::probe();
     println!(
         "tigon demo: NetPIPE between two ranks: tigon (two emulated nodes, {:?}, {}), Open \
          MPI's TCP path (loopback; two network namespaces over veth) and vader; {} interleaved \
@@ -235,6 +236,9 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
     } else {
         " --memif-zero-copy false"
     };
+    // Before and after the runs: a mode that flipped meanwhile shows.
+    println!("{}", tigon_bench::host::line(&host));
+    println!("{}", tigon_bench::host::line(&tigon_bench::host::probe()));
     println!(
         "reproduce: tigon demo {args}{zc}   (one run: tigon run{zc} -np 2 -- NPopenmpi -u {} -p 0)",
         a.upper

@@ -106,6 +106,21 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
+/// The CPUs the calling thread may run on.
+pub fn affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most the size passed into `set`, which we own.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: c < CPU_SETSIZE; CPU_ISSET only reads the set.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
 /// Lets this process end the way SIGPIPE ends a C program (`tigon stats | head -1`): restores
 /// the default action, which Rust's runtime replaced by "ignore", and raises it.
 pub fn die_of_sigpipe() -> ! {
