@@ -51,6 +51,59 @@ fn new_session(rng: &mut rand::rngs::SmallRng) -> u32 {
     rng.gen_range(1..=u32::MAX)
 }
 
+/// The clock's unit in [`AckTimer`]: 1,024 ns.
+const ACK_TICK_NS: u64 = 1 << 10;
+/// The furthest ahead an [`AckTimer`] can fall due, in ticks: an ack is never held longer
+/// than `wire::ACK_DELAY_LIMIT_NS`.
+const ACK_AHEAD_MAX: u32 = crate::wire::ACK_DELAY_LIMIT_NS.div_ceil(ACK_TICK_NS) as u32 + 1;
+
+/// An entry of the delayed-ack queue (`Engine::ack_timers`): the peer's slot and when its ack
+/// falls due, in 32-bit ticks of [`ACK_TICK_NS`] (rounded down: the tick comes up to one
+/// early, and the exact time, the peer's `ack_due`, decides), wrapping like sequence
+/// numbers. Half the bytes of a `(usize, u64)`: the queue holds an entry for nearly every
+/// peer that sent in the last ack delay.
+#[derive(Debug, Clone, Copy)]
+struct AckTimer {
+    slot: u32,
+    due: u32,
+}
+
+impl AckTimer {
+    fn new(slot: usize, due_ns: u64) -> Self {
+        // A slot past u32 would be a peer table of 4 billion entries (a terabyte of peers).
+        debug_assert!(slot <= u32::MAX as usize);
+        AckTimer {
+            slot: slot as u32,
+            due: (due_ns / ACK_TICK_NS) as u32,
+        }
+    }
+
+    fn slot(self) -> usize {
+        self.slot as usize
+    }
+
+    /// Whether its tick has come at `now` (`wait(now) == 0`, in fewer instructions: asked of
+    /// every delayed ack).
+    #[inline]
+    fn come(self, now: u64) -> bool {
+        let ahead = self.due.wrapping_sub((now / ACK_TICK_NS) as u32);
+        ahead.wrapping_sub(1) >= ACK_AHEAD_MAX
+    }
+
+    /// Nanoseconds from `now` until its tick (0: come). A due time more than the longest
+    /// ack delay ahead cannot have been queued: it is one that fell due so long ago (a loop
+    /// stalled for half the 32-bit range, ~37 minutes) that the ticks wrapped, and it is due.
+    #[inline]
+    fn wait(self, now: u64) -> u64 {
+        let ahead = self.due.wrapping_sub((now / ACK_TICK_NS) as u32);
+        if ahead == 0 || ahead > ACK_AHEAD_MAX {
+            0
+        } else {
+            (ahead as u64 * ACK_TICK_NS).saturating_sub(now % ACK_TICK_NS)
+        }
+    }
+}
+
 /// The protocol engine for one node: any number of local endpoints over one link.
 pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     cfg: Config,
@@ -85,8 +138,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// often keeps an ack owed nearly all the time, and on the list it would be visited by
     /// every transmit pass until then (16 hot peers: 16 visits a poll). Once its ack is due,
     /// or the link has gone quiet (`ack_idle_ns`), `poll` writes the ack (`delayed_acks_due`)
-    /// or puts the peer back on the active list.
-    ack_timers: VecDeque<(usize, u64)>,
+    /// or puts the peer back on the active list. 8 bytes an entry ([`AckTimer`]): with
+    /// 65,536 peers each sending now and then, nearly every peer has one queued.
+    ack_timers: VecDeque<AckTimer>,
     /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
     /// timer pass and the sleep budget visit these, never every peer.
     armed: Vec<usize>,
@@ -279,7 +333,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             && !s.ack_queued
         {
             s.ack_queued = true;
-            self.ack_timers.push_back((p, due));
+            self.ack_timers.push_back(AckTimer::new(p, due));
         }
     }
 
@@ -292,11 +346,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// overlap with each other and with the burst's work.
     #[inline(never)]
     fn warm_due_acks(&self, now: u64) {
-        for &(p, due) in self.ack_timers.iter().take(self.cfg.burst * 2) {
-            if due > now {
+        for &t in self.ack_timers.iter().take(self.cfg.burst * 2) {
+            if !t.come(now) {
                 break;
             }
-            if let Some(peer) = self.peers.get(p) {
+            if let Some(peer) = self.peers.get(t.slot()) {
                 tigon_shm::mem::prefetch(peer);
             }
         }
@@ -321,17 +375,25 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mut room = budget;
         // As the transmit pass sets it (the link's, unless configured).
         self.payload_ck = self.cfg.payload_checksum.unwrap_or(!link.frame_check());
-        while let Some(&(p, due)) = self.ack_timers.front() {
-            if (due > now && !quiet) || room == 0 {
+        while let Some(&t) = self.ack_timers.front() {
+            if (!quiet && !t.come(now)) || room == 0 {
                 break;
             }
             self.ack_timers.pop_front();
+            let p = t.slot();
             let s = &mut self.peers[p].stream;
             s.ack_queued = false;
             match s.ack_due {
-                Some(t) if t > now && !quiet => {
+                Some(d) if d > now && !quiet => {
                     s.ack_queued = true;
-                    self.ack_timers.push_back((p, t));
+                    if AckTimer::new(p, d).due == t.due {
+                        // This ack, its tick come but not its time (under a tick away): it
+                        // stays first.
+                        self.ack_timers.push_front(t);
+                        break;
+                    }
+                    // A later ack owed (the one queued went out, and a frame came since).
+                    self.ack_timers.push_back(AckTimer::new(p, d));
                 }
                 Some(_) => {
                     s.ack_now = true;
@@ -436,5 +498,43 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// the link's receive pool; at most `Config::unexpected_frames`).
     pub fn unexpected_frames(&self) -> usize {
         self.unex.frames()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ACK_TICK_NS, AckTimer};
+
+    /// A queued ack's tick comes at its time or up to a tick before (the exact time, the
+    /// peer's, decides), also where the 32-bit ticks wrap; one whose time passed so long ago
+    /// that they wrapped past it has come, not 37 minutes away.
+    #[test]
+    fn an_ack_timer_comes_at_its_time_or_a_tick_before() {
+        for base in [0, 5_000_000_123, (1u64 << 42) - 3_000_000, 1u64 << 50] {
+            let due = base + 5_000_000;
+            let t = AckTimer::new(7, due);
+            assert_eq!(t.slot(), 7);
+            let tick = due / ACK_TICK_NS * ACK_TICK_NS;
+            assert_eq!(t.wait(base), tick - base);
+            assert!(t.wait(base) <= due - base && t.wait(base) + ACK_TICK_NS > due - base);
+            assert!(
+                t.wait(tick - 1) == 1 && t.wait(tick) == 0 && t.wait(due) == 0,
+                "{base}"
+            );
+            assert_eq!(t.wait(due + 10_000_000), 0);
+            for at in [
+                base,
+                tick - 1,
+                tick,
+                due,
+                due + 10_000_000,
+                tick + (1u64 << 31) * 1024,
+            ] {
+                assert_eq!(t.come(at), t.wait(at) == 0, "{base} {at}");
+            }
+            // half the tick range later: the ticks read as if it were ahead, and it has come
+            assert_eq!(t.wait(tick + (1u64 << 31) * ACK_TICK_NS), 0);
+            assert_eq!(t.wait(tick + (3u64 << 30) * ACK_TICK_NS), 0);
+        }
     }
 }

@@ -207,7 +207,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             .front()
             .map_or(u64::MAX, |&(_, due)| due.saturating_sub(now).max(scan));
         // The first delayed ack (in due order), or all of them once the link is quiet.
-        if let Some(&(_, due)) = self.ack_timers.front() {
+        if let Some(&a) = self.ack_timers.front() {
+            // Its tick may be up to one early, never late: the loop wakes at most a tick early.
+            let due = now.saturating_add(a.wait(now));
             let t = self.idle_ack_at().map_or(due, |q| q.min(due));
             budget = budget.min(t.saturating_sub(now));
         }
