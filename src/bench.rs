@@ -47,6 +47,12 @@ enum Which {
         /// --memif-zero-copy`).
         #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
         memif_zero_copy: bool,
+        /// Where tigon's engines run (see `tigon run --layout`): on a machine with too few
+        /// CPUs for a busy engine core besides one per rank, `dedicated` gives each rank a
+        /// CPU of its own, shared with a yielding agent (double buffering's producer and
+        /// consumer then overlap, as with Open MPI's ranks).
+        #[arg(long, value_enum, default_value_t = crate::fabric::LayoutKind::Auto)]
+        layout: crate::fabric::LayoutKind,
         /// Give up on a transport when its program prints nothing for this long (s, at least 1).
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
         stall_timeout: u64,
@@ -266,6 +272,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
             budget_ms,
             fabric,
             memif_zero_copy,
+            layout,
             stall_timeout,
         } => {
             let opts = mpi::Opts {
@@ -279,6 +286,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
                 &mpi::parse_only(&only)?,
                 fabric,
                 memif_zero_copy,
+                layout,
                 Duration::from_secs(stall_timeout),
             )
         }
@@ -291,6 +299,7 @@ fn run_mpi(
     only: &[Transport],
     fabric: crate::fabric::FabricKind,
     memif_zero_copy: bool,
+    layout: crate::fabric::LayoutKind,
     stall: Duration,
 ) -> Result<(), String> {
     let dir = report::out_dir();
@@ -305,7 +314,7 @@ fn run_mpi(
             break;
         }
         let res = match t {
-            Transport::Tigon => run_tigon(&program, fabric, memif_zero_copy, stall),
+            Transport::Tigon => run_tigon(&program, fabric, memif_zero_copy, layout, stall),
             _ => {
                 let mut cmd = mpi::ob1_command(t, &program);
                 // The same malloc as tigon's ranks get from `tigon rank-exec` (huge pages):
@@ -377,6 +386,7 @@ fn run_tigon(
     program: &[String],
     fabric: crate::fabric::FabricKind,
     memif_zero_copy: bool,
+    layout: crate::fabric::LayoutKind,
     stall: Duration,
 ) -> mpi::TransportResult {
     use crate::fabric::{Cluster, ClusterOpts};
@@ -396,7 +406,7 @@ fn run_tigon(
         // A shared machine can starve an agent for seconds; this run measures speed, not how
         // soon a dead peer is detected (the tests do that).
         agent_args: vec!["--peer-timeout-ms".into(), "30000".into()],
-        layout: crate::fabric::LayoutKind::Auto,
+        layout,
         memif_zero_copy,
     };
     let cluster = match Cluster::start(&opts) {
