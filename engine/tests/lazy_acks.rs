@@ -219,3 +219,70 @@ fn tail_loss(cfg: Config) {
         done == 4
     });
 }
+
+/// A sender running short of credit flags its frames `FLAG_ACK_NOW`; when the messages they
+/// carried wait in the receiver's unexpected store and are matched later, the credit they
+/// free is acknowledged at once, not held up to the ack delay (50 ms here, with an idle
+/// trigger as long: without the flag's memory the sender would wait that long for it).
+#[test]
+fn credit_freed_by_a_late_match_reaches_a_sender_short_of_it_at_once() {
+    let cfg = Config {
+        eager_credit: 8 << 10,
+        eager_credit_initial: 8 << 10,
+        eager_credit_floor: 8 << 10,
+        max_ack_delay_ns: 50_000_000,
+        ack_idle_ns: 50_000_000,
+        ..Config::default()
+    };
+    let mut w = World::new(2, lossless(), 23, cfg);
+    for i in 0..2 {
+        w.nodes[i].eng.open_endpoint(Some(0)).unwrap();
+    }
+    connect_all(&mut w);
+    // Six 1 KiB messages nobody receives yet: they use up most of the 8 KiB grant, the last
+    // ones flagged ack-now.
+    let n = 6;
+    let dst = EndpointAddr::new(mac(0), 0);
+    let mut sends = Vec::new();
+    for tag in 1..=n {
+        let buf = w.mem(1).insert(pattern(1, tag, 1024));
+        sends.push(
+            w.nodes[1]
+                .eng
+                .isend(
+                    0,
+                    dst,
+                    match_bits(CTX, tag as i32),
+                    1,
+                    buf,
+                    SendMode::Standard,
+                )
+                .unwrap(),
+        );
+    }
+    let unexpected = w.nodes[0].eng.stats.unexpected;
+    w.run_until(10_000, |w| {
+        w.nodes[0].eng.stats.unexpected == unexpected + n as u64
+    });
+    for _ in 0..20 {
+        w.step();
+    }
+    let (acks, t0) = (w.nodes[0].eng.stats.acks_sent, w.now);
+    for tag in 1..=n {
+        let rb = w.mem(0).insert(vec![0; 1024]);
+        w.nodes[0]
+            .eng
+            .irecv(0, MatchSpec::mpi(CTX, 1, tag as i32), rb)
+            .unwrap();
+    }
+    let mut got = 0;
+    w.run_until(1_000, |w| {
+        got += drain(w, 0);
+        got == n as usize && w.nodes[0].eng.stats.acks_sent > acks
+    });
+    assert!(
+        w.now - t0 < 1_000_000,
+        "the freed credit waited {} us for its ack",
+        (w.now - t0) / 1000
+    );
+}

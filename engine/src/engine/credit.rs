@@ -105,8 +105,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         peer.credit.released = peer.credit.released.wrapping_add(cost);
         // The released credit rides on the next ack, which goes out with traffic, by the
-        // burst, or when the loop runs idle: not a standalone ack per message.
-        if peer.stream.ack_due.is_none() {
+        // burst, or when the loop runs idle: not a standalone ack per message; at the end of
+        // this burst to a peer that asked for its acks at once (it runs short of credit).
+        if std::mem::take(&mut peer.credit.asked) {
+            peer.stream.ack_soon();
+            self.mark_active(p);
+        } else if peer.stream.ack_due.is_none() {
             peer.stream.ack_due = Some(self.now + self.cfg.max_ack_delay_ns);
             self.mark_active(p);
         }

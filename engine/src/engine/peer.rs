@@ -86,6 +86,11 @@ pub(super) struct Credit {
     pub(super) reclaiming: bool,
     /// The connect-time grant has been taken from the store (once per session).
     pub(super) granted: bool,
+    /// The peer asked for an ack at once (`FLAG_ACK_NOW`: mostly a sender short of credit)
+    /// since this side last released credit: credit released later (a message matched out
+    /// of the unexpected store) is then acked at the end of the burst, not after the ack
+    /// delay, which would keep a sender waiting for credit up to that long.
+    pub(super) asked: bool,
 }
 
 impl Credit {

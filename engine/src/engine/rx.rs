@@ -293,9 +293,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     self.peers[p].stream.advance();
                 }
                 let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
-                let s = &mut self.peers[p].stream;
+                let peer = &mut self.peers[p];
+                let s = &mut peer.stream;
                 if ack_now {
                     s.ack_soon();
+                    // Credit this frame's message frees later is acked at once too.
+                    peer.credit.asked = true;
                 } else {
                     s.schedule_ack(now, every, delay);
                 }
