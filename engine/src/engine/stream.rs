@@ -183,48 +183,55 @@ pub(super) struct RtoScan {
     pub(super) fired: bool,
 }
 
+/// Laid out by hand (`repr(C)`, with [`Peer`](super::peer::Peer)'s order): a peer's fields
+/// that the receive path of a small message and the visit of a delayed ack read lie together
+/// (peer.rs, `Peer`), the rest at the ends. The field groups below say which side each
+/// belongs to; the order within is the layout's.
 #[derive(Debug)]
+#[repr(C)]
 pub(super) struct Stream<F> {
-    // transmit side
+    // cold: the transmit side's sequence and timers
+    /// Number of the latest probe sent (its reply echoes it: the reply to an earlier probe
+    /// says nothing of the frames sent since); on the receiving side, the number to echo.
+    pub(super) probe_id: u16,
+    pub(super) probe_echo: u16,
     pub(super) next_seq: u32,
+    /// When the last probe went out: frames sent before it give no RTT sample, and those of
+    /// them its reply does not acknowledge are lost.
+    pub(super) last_rto: u64,
+    rtt: Rtt,
+    n_ctl: u32,
+    /// Longest the peer holds an ack (µs, advertised at connect: `ConnectRepr`
+    /// `max_ack_delay_us`; the protocol's limit until then).
+    peer_ack_delay_us: u16,
+    /// In the engine's keepalive queue (`Engine::waits`; one entry per peer at most, but
+    /// for a slot reused after a retirement).
+    pub(super) keepalive_queued: bool,
+    // hot: what a delayed ack's visit asks (every collection unallocated) and the receive
+    // path reads and writes
     /// New frames, sent in this order: control frames (Pull, Fin, Matched, Grant, Ping:
     /// small, and what keeps the other side's pipe full), the messages in `pending` (eager
     /// fragments and RTSs, in the order matching needs), then bulk data (pulled blocks). A
     /// Pull or a new message never waits behind a backlog of pulled blocks. Control and bulk
     /// share `ctl_bulk`, the `n_ctl` control frames in front (one queue less per peer).
-    pub(super) pending: Lazy<VecDeque<TxDesc>>,
     pub(super) ctl_bulk: Lazy<VecDeque<TxDesc>>,
-    n_ctl: u32,
-    pub(super) unacked: Lazy<VecDeque<TxDesc>>,
+    pub(super) pending: Lazy<VecDeque<TxDesc>>,
     pub(super) resend: Lazy<VecDeque<u32>>,
-    rtt: Rtt,
-    /// Doublings of the retransmit timeout since the cumulative ack last moved.
-    rto_backoff: u32,
-    /// When the last probe went out: frames sent before it give no RTT sample, and those of
-    /// them its reply does not acknowledge are lost.
-    pub(super) last_rto: u64,
-    /// The retransmit timer fired: a probe is to be sent.
-    pub(super) probe: bool,
-    /// A probe arrived: the next standalone ack answers it.
-    pub(super) probe_reply: bool,
-    /// Number of the latest probe sent (its reply echoes it: the reply to an earlier probe
-    /// says nothing of the frames sent since); on the receiving side, the number to echo.
-    pub(super) probe_id: u16,
-    pub(super) probe_echo: u16,
-    // receive side
     pub(super) rcv_next: u32,
-    pub(super) reorder: Lazy<BTreeMap<u32, F>>,
-    ack_owed: u32,
-    pub(super) ack_due: Option<u64>,
-    pub(super) ack_now: bool,
-    /// In the engine's keepalive queue (`Engine::waits`; one entry per peer at most, but
-    /// for a slot reused after a retirement).
-    pub(super) keepalive_queued: bool,
+    /// Doublings of the retransmit timeout since the cumulative ack last moved (cold: fills
+    /// the gap).
+    rto_backoff: u32,
     /// In the engine's queue of delayed acks (`Engine::ack_timers`; as `keepalive_queued`).
     pub(super) ack_queued: bool,
-    /// Longest the peer holds an ack (µs, advertised at connect: `ConnectRepr`
-    /// `max_ack_delay_us`; the protocol's limit until then).
-    peer_ack_delay_us: u16,
+    /// The retransmit timer fired: a probe is to be sent.
+    pub(super) probe: bool,
+    pub(super) ack_now: bool,
+    /// A probe arrived: the next standalone ack answers it.
+    pub(super) probe_reply: bool,
+    ack_owed: u32,
+    pub(super) unacked: Lazy<VecDeque<TxDesc>>,
+    pub(super) ack_due: Option<u64>,
+    pub(super) reorder: Lazy<BTreeMap<u32, F>>,
 }
 
 impl<F> Default for Stream<F> {
