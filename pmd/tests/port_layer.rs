@@ -169,7 +169,31 @@ fn mbuf_chains_clones_and_frees() {
     m.chain(tail).expect("chain");
     assert_eq!(m.len(), 8300);
     assert_eq!(m.to_vec()[8200..], pattern(100, 9)[..]);
+    assert!(m.keep(0..10).is_err(), "keep cuts one-segment frames only");
     drop(m);
+
+    // keep: a range of a one-segment frame, as adj then trim would leave it.
+    let bytes = pattern(1500, 4);
+    let mut a = frame(&p, &bytes);
+    let mut b = frame(&p, &bytes);
+    a.keep(42..1000).expect("keep");
+    b.adj(42).expect("adj");
+    b.trim(500).expect("trim");
+    assert_eq!(
+        (a.len(), a.headroom(), a.tailroom()),
+        (958, b.headroom(), b.tailroom())
+    );
+    assert_eq!(a.to_vec(), bytes[42..1000]);
+    assert!(a.keep(0..959).is_err(), "past the end");
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 10..5;
+    assert!(
+        a.keep(backwards).is_err(),
+        "a range that ends before it starts"
+    );
+    let shared = a.try_clone().expect("clone");
+    assert!(matches!(a.keep(1..2), Err(Error::Shared)));
+    drop((a, b, shared));
     assert_eq!(p.in_use(), 0, "every segment went back to the pool");
 }
 
