@@ -13,7 +13,7 @@ use super::eth::{self, EthRepr};
 use super::icmp::{self, IcmpRepr};
 use super::ipv4::{self, Ipv4Repr};
 use super::udp::{self, UdpRepr};
-use super::{UDP_OVERHEAD, node_addr, node_id};
+use super::{UDP_OVERHEAD, be16, node_addr, node_id};
 use crate::wire::{ETH_HEADER_LEN, ETHERTYPE, MIN_FRAME, MacAddr};
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -125,9 +125,30 @@ struct Neighbour {
     last_request: Option<u64>,
 }
 
+/// The headers of the destination the last frame went to, ready to copy. Most frames go where
+/// the one before went (a message's fragments, a ping-pong's answers), so the route, the
+/// neighbour lookup (a SipHash) and the IPv4 header's sum are done once per destination, not
+/// once per frame.
+struct Route {
+    /// The engine's name of the destination node.
+    dst: MacAddr,
+    dst_ip: Ipv4Addr,
+    /// Ethernet, IPv4 and UDP headers as [`UdpEncap::encap`] writes them, with the IPv4 total
+    /// length and checksum, the UDP source port and length zero.
+    hdr: [u8; HEADERS],
+    /// One's complement sum of the IPv4 header in `hdr` (so the checksum is this sum plus the
+    /// total length).
+    ip_sum: u32,
+    /// The next hop's mapping is fresh before this time.
+    until: u64,
+}
+
 pub struct UdpEncap {
     cfg: UdpConfig,
+    /// The engine's name of this node ([`UdpEncap::node_id`]).
+    me: MacAddr,
     neighbours: HashMap<Ipv4Addr, Neighbour>,
+    route: Option<Route>,
     pub stats: EncapStats,
 }
 
@@ -135,7 +156,9 @@ impl UdpEncap {
     pub fn new(cfg: UdpConfig) -> Self {
         UdpEncap {
             cfg,
+            me: node_id(cfg.ip, cfg.port),
             neighbours: HashMap::new(),
+            route: None,
             stats: EncapStats::default(),
         }
     }
@@ -156,7 +179,7 @@ impl UdpEncap {
 
     /// This node's name for the engine.
     pub fn node_id(&self) -> MacAddr {
-        node_id(self.cfg.ip, self.cfg.port)
+        self.me
     }
 
     /// The Ethernet address known for `ip`, if still fresh at `now`.
@@ -168,6 +191,8 @@ impl UdpEncap {
 
     fn learn(&mut self, ip: Ipv4Addr, mac: MacAddr, now: u64) {
         self.stats.arp_learned += 1;
+        // The next hop's address may have changed: the headers are built again.
+        self.route = None;
         let n = self.neighbours.entry(ip).or_insert(Neighbour {
             mac: None,
             learned: now,
@@ -196,17 +221,52 @@ impl UdpEncap {
             self.stats.unroutable += 1;
             return Tx::Unroutable;
         }
-        let mut dst_id = [0u8; 6];
-        dst_id.copy_from_slice(&frame[eng..eng + 6]);
-        let dst_id = MacAddr(dst_id);
-        if dst_id == MacAddr::BROADCAST {
-            self.stats.unroutable += 1;
-            return Tx::Unroutable;
+        let dst = MacAddr(frame[eng..eng + 6].try_into().expect("6 bytes"));
+        let cached = self
+            .route
+            .as_ref()
+            .is_some_and(|r| r.dst == dst && now < r.until);
+        if !cached && let Err(tx) = self.resolve(dst, now) {
+            return tx;
         }
-        let (dst_ip, dst_port) = node_addr(dst_id);
+        let r = self.route.as_ref().expect("resolved");
+        // The UDP source port spreads (source endpoint, destination endpoint) pairs over ECMP
+        // paths; one pair always takes one port, so its frames stay in order.
+        let eps = frame.get(eng + ETH_HEADER_LEN + 4..eng + ETH_HEADER_LEN + 8);
+        let src_port = eps.map_or(0xc000, |e| entropy_port([e[0], e[1], e[2], e[3]]));
+        let dgram_len = frame.len() + tail_len - ETH_HEADER_LEN - ipv4::HEADER_LEN;
+        let h = &mut frame[..HEADERS];
+        h.copy_from_slice(&r.hdr);
+        let total = (ipv4::HEADER_LEN + dgram_len) as u16;
+        h[IP + 2..IP + 4].copy_from_slice(&total.to_be_bytes());
+        if !self.cfg.ip_checksum_offload {
+            // Left zero for the NIC otherwise.
+            let ck = !fold(r.ip_sum + u32::from(total));
+            h[IP + 10..IP + 12].copy_from_slice(&ck.to_be_bytes());
+        }
+        h[UDP..UDP + 2].copy_from_slice(&src_port.to_be_bytes());
+        h[UDP + 4..UDP + 6].copy_from_slice(&(dgram_len as u16).to_be_bytes());
+        let dst_ip = r.dst_ip;
+        let dgram = &mut frame[UDP..];
+        match (self.cfg.udp_checksum, self.cfg.udp_checksum_offload) {
+            (true, true) => udp::fill_pseudo_header_sum(dgram, self.cfg.ip, dst_ip),
+            (true, false) => udp::fill_checksum(dgram, self.cfg.ip, dst_ip),
+            (false, _) => {}
+        }
+        Tx::Send
+    }
+
+    /// Finds the next hop towards the node `dst` and its Ethernet address, and keeps the
+    /// headers of frames to it in `self.route`; or says why a frame to it cannot go now.
+    fn resolve(&mut self, dst: MacAddr, now: u64) -> Result<(), Tx> {
+        if dst == MacAddr::BROADCAST {
+            self.stats.unroutable += 1;
+            return Err(Tx::Unroutable);
+        }
+        let (dst_ip, dst_port) = node_addr(dst);
         let Some(hop) = self.cfg.next_hop(dst_ip) else {
             self.stats.unroutable += 1;
-            return Tx::Unroutable;
+            return Err(Tx::Unroutable);
         };
         let Some(hop_mac) = self.neighbour(hop, now) else {
             let retry = self.cfg.arp_retry_ns;
@@ -221,54 +281,63 @@ impl UdpEncap {
             if request {
                 n.last_request = Some(now);
             }
-            return Tx::Unresolved {
+            return Err(Tx::Unresolved {
                 next_hop: hop,
                 request,
-            };
+            });
         };
-        // The UDP source port spreads (source endpoint, destination endpoint) pairs over ECMP
-        // paths; one pair always takes one port, so its frames stay in order.
-        let eps = frame.get(eng + ETH_HEADER_LEN + 4..eng + ETH_HEADER_LEN + 8);
-        let src_port = eps.map_or(0xc000, |e| entropy_port([e[0], e[1], e[2], e[3]]));
-        let dgram_len = frame.len() + tail_len - ETH_HEADER_LEN - ipv4::HEADER_LEN;
+        let learned = self.neighbours.get(&hop).map_or(0, |n| n.learned);
+        let mut hdr = [0u8; HEADERS];
         EthRepr {
             dst: hop_mac,
             src: self.cfg.mac,
             ethertype: eth::ETHERTYPE_IPV4,
         }
-        .emit(frame);
+        .emit(&mut hdr);
         Ipv4Repr {
             src: self.cfg.ip,
             dst: dst_ip,
             protocol: udp::PROTOCOL,
-            payload_len: dgram_len,
+            payload_len: 0,
             ttl: ipv4::TTL,
             header_len: ipv4::HEADER_LEN,
             dont_fragment: true,
         }
-        .emit(&mut frame[ETH_HEADER_LEN..]);
-        if self.cfg.ip_checksum_offload {
-            // Left for the NIC, which wants the field zero.
-            frame[ETH_HEADER_LEN + 10..ETH_HEADER_LEN + 12].copy_from_slice(&[0, 0]);
-        }
-        let dgram = &mut frame[ETH_HEADER_LEN + ipv4::HEADER_LEN..];
+        .emit(&mut hdr[IP..]);
+        // Total length and checksum are the frame's.
+        hdr[IP + 2..IP + 4].fill(0);
+        hdr[IP + 10..IP + 12].fill(0);
         UdpRepr {
-            src_port,
+            src_port: 0,
             dst_port,
-            payload_len: dgram_len - udp::HEADER_LEN,
+            payload_len: 0,
             checksum: 0,
         }
-        .emit(dgram);
-        match (self.cfg.udp_checksum, self.cfg.udp_checksum_offload) {
-            (true, true) => udp::fill_pseudo_header_sum(dgram, self.cfg.ip, dst_ip),
-            (true, false) => udp::fill_checksum(dgram, self.cfg.ip, dst_ip),
-            (false, _) => {}
-        }
-        Tx::Send
+        .emit(&mut hdr[UDP..]);
+        hdr[UDP + 4..UDP + 6].fill(0);
+        self.route = Some(Route {
+            dst,
+            dst_ip,
+            ip_sum: super::ones_sum(&hdr[IP..UDP], 0),
+            hdr,
+            until: learned.saturating_add(self.cfg.neighbour_ttl_ns),
+        });
+        Ok(())
     }
 
     /// Handles a received frame, rewriting it in place (see [`Rx`]).
     pub fn decap(&mut self, frame: &mut [u8], now: u64) -> Rx {
+        match self.tigon_datagram(frame) {
+            Some(r) => Rx::Tigon(r),
+            None => self.decap_any(frame, now),
+        }
+    }
+
+    /// [`Self::decap`] for any frame: ARP, ICMP, IPv4 with options, datagrams with a UDP
+    /// checksum, and all that is not ours or is malformed. Out of line: inlined, its
+    /// register saves were paid by every frame the one-pass check takes.
+    #[inline(never)]
+    fn decap_any(&mut self, frame: &mut [u8], now: u64) -> Rx {
         let Ok(e) = EthRepr::parse(frame) else {
             self.stats.bad += 1;
             return Rx::Bad;
@@ -281,6 +350,45 @@ impl UdpEncap {
                 Rx::Done
             }
         }
+    }
+
+    /// The common case, checked in one pass over fixed offsets: an unfragmented IPv4
+    /// datagram without options to our address and port, its header checksum right, its UDP
+    /// checksum zero. Such a frame is made the engine's as [`Self::on_ipv4`] makes it (the
+    /// same range, the same bytes); anything else (`None`) takes the general path, which
+    /// handles and counts it.
+    fn tigon_datagram(&self, frame: &mut [u8]) -> Option<Range<usize>> {
+        let h: &[u8; HEADERS] = frame.get(..HEADERS)?.try_into().ok()?;
+        let ours = be16(h, 12) == eth::ETHERTYPE_IPV4
+            && h[IP] == 0x45
+            && be16(h, IP + 6) & 0x3fff == 0
+            && h[IP + 9] == udp::PROTOCOL
+            && h[IP + 16..IP + 20] == self.cfg.ip.octets()
+            && be16(h, UDP + 2) == self.cfg.port
+            && be16(h, UDP + 6) == 0;
+        if !ours {
+            return None;
+        }
+        let total = usize::from(be16(h, IP + 2));
+        let udp_len = usize::from(be16(h, UDP + 4));
+        let fits = udp_len >= udp::HEADER_LEN
+            && udp_len + ipv4::HEADER_LEN <= total
+            && IP + total <= frame.len();
+        let ip_hdr: &[u8; ipv4::HEADER_LEN] = h[IP..UDP].try_into().expect("20 bytes");
+        if !fits || sum_20(ip_hdr) != 0xffff {
+            return None;
+        }
+        let mut src = [0u8; 6];
+        src[..4].copy_from_slice(&h[IP + 12..IP + 16]);
+        src[4..].copy_from_slice(&self.cfg.port.to_be_bytes());
+        // The engine's Ethernet-shaped header right before the tigon header (over the end
+        // of the IPv4 header and the UDP header).
+        let start = HEADERS - ETH_HEADER_LEN;
+        let e = &mut frame[start..HEADERS];
+        e[..6].copy_from_slice(&self.me.0);
+        e[6..12].copy_from_slice(&src);
+        e[12..].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        Some(start..UDP + udp_len)
     }
 
     fn on_arp(&mut self, frame: &mut [u8], now: u64) -> Rx {
@@ -426,6 +534,33 @@ impl UdpEncap {
     }
 }
 
+/// Where the IPv4 and UDP headers start in a frame, and where they end.
+const IP: usize = ETH_HEADER_LEN;
+const UDP: usize = IP + ipv4::HEADER_LEN;
+const HEADERS: usize = UDP + udp::HEADER_LEN;
+
+/// Folds a one's complement sum to 16 bits (not complemented).
+#[inline]
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// The one's complement sum of a 20-byte header, folded: 0xffff when its checksum is right.
+/// Summed by 32-bit words (RFC 1071: any word size gives the same folded sum).
+#[inline(always)]
+fn sum_20(h: &[u8; ipv4::HEADER_LEN]) -> u16 {
+    let mut s = 0u64;
+    for w in h.chunks_exact(4) {
+        s += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    let s = (s & 0xffff_ffff) + (s >> 32);
+    let s = (s & 0xffff_ffff) + (s >> 32);
+    fold((s as u32 & 0xffff) + (s as u32 >> 16))
+}
+
 /// A UDP source port in the dynamic range (49152–65535) from the two endpoint ids.
 fn entropy_port(eps: [u8; 4]) -> u16 {
     let mut h = u32::from_be_bytes(eps).wrapping_mul(0x9e37_79b1);
@@ -435,3 +570,162 @@ fn entropy_port(eps: [u8; 4]) -> u16 {
 
 /// Bytes the encapsulation needs in front of the engine's frame.
 pub const HEADROOM: usize = UDP_OVERHEAD;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn hw(i: u8) -> MacAddr {
+        MacAddr([2, 0, 0, 0, 0, i])
+    }
+
+    /// An encapsulation at 10.71.1.1 that knows 10.71.1.2 (hw 2) and the router 10.71.1.254
+    /// (hw 0xfe), with the checksum settings `ck` (UDP checksum, IPv4 offload, UDP offload).
+    fn encap_with(ck: (bool, bool, bool)) -> UdpEncap {
+        let mut c = UdpConfig::new(Ipv4Addr::new(10, 71, 1, 1), 24, hw(1));
+        c.gateway = Some(Ipv4Addr::new(10, 71, 1, 254));
+        (
+            c.udp_checksum,
+            c.ip_checksum_offload,
+            c.udp_checksum_offload,
+        ) = ck;
+        let mut e = UdpEncap::new(c);
+        e.learn(Ipv4Addr::new(10, 71, 1, 2), hw(2), 0);
+        e.learn(Ipv4Addr::new(10, 71, 1, 254), hw(0xfe), 0);
+        e
+    }
+
+    /// The headers written field by field, as the encapsulation wrote them before it kept
+    /// them per destination.
+    fn reference(e: &UdpEncap, frame: &mut [u8], tail_len: usize, hop_mac: MacAddr) {
+        let c = *e.config();
+        let (dst_ip, dst_port) = node_addr(MacAddr(frame[28..34].try_into().unwrap()));
+        let eps = &frame[UDP_OVERHEAD + 18..UDP_OVERHEAD + 22];
+        let src_port = entropy_port([eps[0], eps[1], eps[2], eps[3]]);
+        let dgram_len = frame.len() + tail_len - 34;
+        EthRepr {
+            dst: hop_mac,
+            src: c.mac,
+            ethertype: eth::ETHERTYPE_IPV4,
+        }
+        .emit(frame);
+        Ipv4Repr {
+            src: c.ip,
+            dst: dst_ip,
+            protocol: udp::PROTOCOL,
+            payload_len: dgram_len,
+            ttl: ipv4::TTL,
+            header_len: ipv4::HEADER_LEN,
+            dont_fragment: true,
+        }
+        .emit(&mut frame[14..]);
+        if c.ip_checksum_offload {
+            frame[24..26].fill(0);
+        }
+        let dgram = &mut frame[34..];
+        UdpRepr {
+            src_port,
+            dst_port,
+            payload_len: dgram_len - 8,
+            checksum: 0,
+        }
+        .emit(dgram);
+        match (c.udp_checksum, c.udp_checksum_offload) {
+            (true, true) => udp::fill_pseudo_header_sum(dgram, c.ip, dst_ip),
+            (true, false) => udp::fill_checksum(dgram, c.ip, dst_ip),
+            (false, _) => {}
+        }
+    }
+
+    fn engine_frame(dst: MacAddr, eps: [u8; 4], payload: usize) -> Vec<u8> {
+        let mut f = vec![0xa5; UDP_OVERHEAD + 64 + payload];
+        f[UDP_OVERHEAD..UDP_OVERHEAD + 6].copy_from_slice(&dst.0);
+        f[UDP_OVERHEAD + 18..UDP_OVERHEAD + 22].copy_from_slice(&eps);
+        f
+    }
+
+    proptest! {
+        /// Frames to a destination whose headers are kept (the same one again) and to others
+        /// (on the subnet, through the router) get exactly the field-by-field headers.
+        #[test]
+        fn kept_headers_equal_headers_written_field_by_field(
+            sends in proptest::collection::vec((0u8..3, any::<[u8; 4]>(), 0usize..9000, 0usize..9000), 1..12),
+            ck in any::<(bool, bool, bool)>(),
+        ) {
+            let mut e = encap_with(ck);
+            let peers = [
+                (node_id(Ipv4Addr::new(10, 71, 1, 2), 7470), hw(2)),
+                (node_id(Ipv4Addr::new(10, 71, 2, 9), 7470), hw(0xfe)),
+                (node_id(Ipv4Addr::new(10, 71, 1, 2), 7471), hw(2)),
+            ];
+            for (p, eps, len, tail) in sends {
+                let (dst, hop) = peers[usize::from(p)];
+                let tail = if ck.0 && !ck.2 { 0 } else { tail };
+                let mut got = engine_frame(dst, eps, len);
+                let mut want = got.clone();
+                prop_assert_eq!(e.encap_chained(&mut got, tail, 5), Tx::Send);
+                reference(&e, &mut want, tail, hop);
+                prop_assert_eq!(got, want);
+            }
+        }
+
+        /// A received datagram taken by the one-pass check becomes exactly what the general
+        /// path makes of it; whatever that check refuses, the general path alone decides.
+        #[test]
+        fn the_one_pass_check_agrees_with_the_general_path(
+            len in 0usize..300,
+            flips in proptest::collection::vec((0usize..48, any::<u8>()), 0..3),
+            pad in 0usize..8,
+        ) {
+            let mut a = encap_with((false, false, false));
+            let mut b = UdpEncap::new(UdpConfig::new(Ipv4Addr::new(10, 71, 1, 2), 24, hw(2)));
+            let mut f = engine_frame(b.node_id(), [0, 1, 0, 2], len);
+            prop_assert_eq!(a.encap(&mut f, 1), Tx::Send);
+            f.resize(f.len() + pad, 0);
+            prop_assert!(b.tigon_datagram(&mut f.clone()).is_some(), "a clean datagram takes it");
+            for (at, x) in flips {
+                f[at] ^= x;
+            }
+            let mut general = f.clone();
+            let want = b.decap_any(&mut general, 1);
+            if let Some(r) = b.tigon_datagram(&mut f) {
+                prop_assert_eq!(Rx::Tigon(r.clone()), want);
+                prop_assert_eq!(&f[r.clone()], &general[r]);
+            }
+        }
+
+        #[test]
+        fn sum_20_is_the_rfc1071_sum(h in any::<[u8; 20]>()) {
+            prop_assert_eq!(sum_20(&h), super::super::ones_sum(&h, 0) as u16);
+        }
+    }
+
+    /// A new address learned for the next hop (a replaced node) takes effect at once, and
+    /// kept headers are not used past the neighbour's timeout.
+    #[test]
+    fn kept_headers_follow_the_neighbour_cache() {
+        let mut e = encap_with((false, false, false));
+        let peer = Ipv4Addr::new(10, 71, 1, 2);
+        let dst = node_id(peer, 7470);
+        let mut f = engine_frame(dst, [0; 4], 10);
+        assert_eq!(e.encap(&mut f, 1), Tx::Send);
+        assert_eq!(&f[..6], &hw(2).0);
+        e.learn(peer, hw(3), 2);
+        let mut f = engine_frame(dst, [0; 4], 10);
+        assert_eq!(e.encap(&mut f, 3), Tx::Send);
+        assert_eq!(&f[..6], &hw(3).0, "the new address");
+        let ttl = e.config().neighbour_ttl_ns;
+        let mut f = engine_frame(dst, [0; 4], 10);
+        assert_eq!(e.encap(&mut f, 2 + ttl - 1), Tx::Send);
+        let mut f = engine_frame(dst, [0; 4], 10);
+        assert_eq!(
+            e.encap(&mut f, 2 + ttl),
+            Tx::Unresolved {
+                next_hop: peer,
+                request: true
+            },
+            "asked again once the mapping is stale"
+        );
+    }
+}
