@@ -262,6 +262,7 @@ impl EngineLoop<'_> {
     /// done and the time after it (the clock is read again only if there was work).
     fn poll_engine(&mut self, i: usize, now: u64) -> (usize, u64) {
         let n = &mut self.nodes[i];
+        n.link.set_clock(now);
         let work = n.eng.poll(&mut n.link, now);
         if work == 0 {
             return (0, now);

@@ -4,7 +4,6 @@
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::Instant;
 use tigon_engine::net::UDP_OVERHEAD;
 use tigon_engine::net::encap::{EncapStats, Rx, Tx, UdpConfig, UdpEncap};
 use tigon_engine::wire::MIN_FRAME;
@@ -29,19 +28,24 @@ impl AsRef<[u8]> for RxFrame {
     }
 }
 
-/// A frame being built: a fresh, single-segment, unshared mbuf.
-pub struct TxFrame(Mbuf);
+/// A frame being built: a fresh, unshared mbuf (its payload maybe chained), whose first
+/// `skip` bytes are kept for the UDP/IPv4 headers (`--wire udp`; 0 on raw Ethernet). The
+/// engine sees the bytes behind them.
+pub struct TxFrame {
+    m: Mbuf,
+    skip: usize,
+}
 
 impl AsRef<[u8]> for TxFrame {
     fn as_ref(&self) -> &[u8] {
-        self.0.data()
+        &self.m.data()[self.skip..]
     }
 }
 
 impl AsMut<[u8]> for TxFrame {
     fn as_mut(&mut self) -> &mut [u8] {
         // Checked when allocated; the mbuf is not shared before it is sent.
-        self.0.data_mut().expect("fresh tx mbuf is unique")
+        &mut self.m.data_mut().expect("fresh tx mbuf is unique")[self.skip..]
     }
 }
 
@@ -80,15 +84,12 @@ const HELD_MAX: usize = 256;
 struct Udp {
     encap: UdpEncap,
     held: VecDeque<(Ipv4Addr, u64, Mbuf)>,
-    epoch: Instant,
+    /// The engine loop's clock at its current pass ([`PortLink::set_clock`]), for the
+    /// neighbour cache, ARP retries and held frames: milliseconds matter there, so the
+    /// link reads no clock of its own (two reads per message and hop, ~50 ns).
+    now: u64,
     unresolved_drops: u64,
     wire_mismatch: u64,
-}
-
-impl Udp {
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
 }
 
 pub struct PortLink {
@@ -100,6 +101,13 @@ pub struct PortLink {
     rx: Vec<Mbuf>,
     tx: Vec<Mbuf>,
     udp: Option<Udp>,
+    /// Bytes in front of each engine frame for the UDP/IPv4 headers (0 on raw Ethernet),
+    /// reserved when the frame is allocated: the frame then starts where a raw-Ethernet
+    /// frame does, at the mbuf's usual headroom (16-byte aligned), and the port's copy of it
+    /// (memif, af_packet: `rte_memcpy`) takes its aligned path. Written into the headroom
+    /// instead (28 bytes in front), the frame started 4 bytes off: memif's transmit copy
+    /// took ~50 % more instructions per 9000-byte frame (callgrind).
+    skip: usize,
     /// Frames may be header + payload chains (`Port::tx_chains`; with `--wire udp` only
     /// where the UDP checksum reads no payload): see [`Link::alloc_tx_ref`].
     chains: bool,
@@ -121,6 +129,7 @@ impl PortLink {
             rx: Vec::new(),
             tx: Vec::new(),
             udp: None,
+            skip: 0,
             chains: port.tx_chains(),
             port,
             stats,
@@ -134,7 +143,7 @@ impl PortLink {
         let mut u = Udp {
             encap: UdpEncap::new(cfg),
             held: VecDeque::new(),
-            epoch: Instant::now(),
+            now: 0,
             unresolved_drops: 0,
             wire_mismatch: 0,
         };
@@ -148,9 +157,20 @@ impl PortLink {
         // NIC's.
         self.chains &= !u.encap.config().udp_checksum || u.encap.offloads().1;
         self.udp = Some(u);
+        self.skip = UDP_OVERHEAD;
         self.max_frame -= UDP_OVERHEAD;
         self.port.tx_burst(0, &mut self.tx);
         self
+    }
+
+    /// The engine loop's clock (ns) for this pass: what `--wire udp`'s neighbour cache, ARP
+    /// retries and held frames count time by. Called before each [`Engine::poll`].
+    ///
+    /// [`Engine::poll`]: tigon_engine::Engine::poll
+    pub fn set_clock(&mut self, now: u64) {
+        if let Some(u) = self.udp.as_mut() {
+            u.now = now;
+        }
     }
 
     /// The engine's name for this node: the port's MAC, or with `--wire udp` IP + port.
@@ -200,10 +220,10 @@ impl PortLink {
     }
 
     /// A received frame under `--wire udp`: the engine's part of it, an answer sent back, or
-    /// nothing. `now`: the burst's clock (read once per burst, not per frame: at 9000-byte
-    /// frames a read per frame and side was ~2 % of the engine core).
-    fn decap(&mut self, mut m: Mbuf, now: u64) -> Option<Mbuf> {
+    /// nothing.
+    fn decap(&mut self, mut m: Mbuf) -> Option<Mbuf> {
         let u = self.udp.as_mut()?;
+        let now = u.now;
         let Ok(data) = m.data_mut() else {
             return None;
         };
@@ -221,8 +241,7 @@ impl PortLink {
         let len = data.len();
         match u.encap.decap(data, now) {
             Rx::Tigon(r) => {
-                m.adj(r.start as u16).ok()?;
-                m.trim((len - r.end) as u16).ok()?;
+                m.keep(r).ok()?;
                 Some(m)
             }
             Rx::Reply(n) => {
@@ -236,17 +255,14 @@ impl PortLink {
     }
 
     /// Encapsulates the engine's frame `m` for the wire: queued to send, held until its next
-    /// hop answers ARP, or dropped. `now`: the burst's clock, as for [`Self::decap`].
-    fn encap(&mut self, mut m: Mbuf, now: u64) {
+    /// hop answers ARP, or dropped. The headers go in the bytes kept in front of the
+    /// engine's frame when it was allocated (`skip`): the frame is not moved.
+    fn encap(&mut self, mut m: Mbuf) {
         let Some(u) = self.udp.as_mut() else {
             self.tx.push(m);
             return;
         };
-        // The headers go in the mbuf's headroom: the engine's frame is not moved.
-        if m.prepend(UDP_OVERHEAD as u16).is_err() {
-            u.unresolved_drops += 1;
-            return;
-        }
+        let now = u.now;
         let total = m.len();
         let Ok(b) = m.data_mut() else {
             u.unresolved_drops += 1;
@@ -284,14 +300,14 @@ impl PortLink {
         if u.held.is_empty() {
             return;
         }
-        let now = u.now();
+        let now = u.now;
         let give_up = 2 * u.encap.config().arp_retry_ns + 1;
         for _ in 0..u.held.len() {
             let Some((hop, since, mut m)) = u.held.pop_front() else {
                 break;
             };
             if u.encap.neighbour(hop, now).is_some() {
-                // Its headroom was claimed when it was held; the headers are written now.
+                // Its header bytes were kept when it was allocated; they are written now.
                 let total = m.len();
                 let b = m.data_mut().expect("held tx mbuf is unique");
                 let tail = total - b.len();
@@ -339,10 +355,6 @@ impl Link for PortLink {
             self.port.rx_burst(q, &mut self.rx, max);
         }
         let mut rx = std::mem::take(&mut self.rx);
-        let now = match &self.udp {
-            Some(u) if !rx.is_empty() => u.now(),
-            _ => 0,
-        };
         for m in rx.drain(..) {
             if m.nb_segs() != 1 {
                 // Chained frames are rare (a jumbo frame in small buffers): gathered, then
@@ -355,14 +367,17 @@ impl Link for PortLink {
             }
             if self.udp.is_none() {
                 out.push(RxFrame::Mbuf(m));
-            } else if let Some(m) = self.decap(m, now) {
+            } else if let Some(m) = self.decap(m) {
                 out.push(RxFrame::Mbuf(m));
             }
         }
         self.rx = rx;
-        if self.udp.is_some() {
+        if let Some(u) = &self.udp {
             // ARP replies may have resolved held frames; answers (ARP, ping) go out now.
-            self.release_held();
+            // (Looked at here: this runs on every pass of a spinning engine.)
+            if !u.held.is_empty() {
+                self.release_held();
+            }
             if !self.tx.is_empty() {
                 // What the driver does not take waits in `tx` for the next burst.
                 self.port.tx_burst(0, &mut self.tx);
@@ -371,7 +386,7 @@ impl Link for PortLink {
     }
 
     fn alloc_tx(&mut self, len: usize) -> Option<TxFrame> {
-        let Ok(len16) = u16::try_from(len) else {
+        let Ok(len16) = u16::try_from(len + self.skip) else {
             return None;
         };
         let mut m = match self.pool.alloc() {
@@ -385,7 +400,7 @@ impl Link for PortLink {
             self.stats.tx_alloc_failures += 1;
             return None;
         }
-        Some(TxFrame(m))
+        Some(TxFrame { m, skip: self.skip })
     }
 
     fn alloc_tx_ref(&mut self, head: usize, payload: TxRef<'_>) -> Option<TxFrame> {
@@ -398,7 +413,8 @@ impl Link for PortLink {
         if !self.port.sends_in_place(mem) {
             return None;
         }
-        let (Ok(head), Ok(len)) = (u16::try_from(head), u16::try_from(payload.len)) else {
+        let (Ok(head), Ok(len)) = (u16::try_from(head + self.skip), u16::try_from(payload.len))
+        else {
             return None;
         };
         let mut m = match self.pool.alloc() {
@@ -419,33 +435,32 @@ impl Link for PortLink {
             }
         };
         m.chain(tail).ok()?;
-        Some(TxFrame(m))
+        Some(TxFrame { m, skip: self.skip })
     }
 
     fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) {
         self.release_held();
         let mut refused = Vec::new();
-        let now = match &self.udp {
-            Some(u) if !frames.is_empty() => u.now(),
-            _ => 0,
-        };
+        let me = self.node_addr();
         for f in frames.drain(..) {
-            if f.0.data().get(..6) != Some(&self.node_addr().0[..]) {
-                self.encap(f.0, now);
+            if f.as_ref().get(..6) != Some(&me.0[..]) {
+                self.encap(f.m);
             } else if self.loopback.len() < LOOPBACK_RING && refused.is_empty() {
                 self.stats.loopback_frames += 1;
                 // The receive side reads a frame as one piece (the engine sends nothing to
-                // this node in place; a chain would be gathered here).
-                let f = if f.0.nb_segs() == 1 {
-                    RxFrame::Mbuf(f.0)
+                // this node in place; a chain would be gathered here), without the bytes
+                // kept for headers.
+                let TxFrame { mut m, skip } = f;
+                let f = if m.nb_segs() == 1 && (skip == 0 || m.adj(skip as u16).is_ok()) {
+                    RxFrame::Mbuf(m)
                 } else {
-                    RxFrame::Flat(f.0.to_vec())
+                    RxFrame::Flat(m.to_vec().split_off(skip))
                 };
                 self.loopback.push_back(f);
             } else {
                 // A full loopback ring pushes back like a full driver ring (and keeps its
                 // order: once one frame waits, the rest of this burst's loopback waits too).
-                refused.push(TxFrame(f.0));
+                refused.push(f);
             }
         }
         self.port.tx_burst(0, &mut self.tx);
@@ -453,7 +468,7 @@ impl Link for PortLink {
         // engine's queue, or with --wire udp (already encapsulated) in ours.
         frames.extend(refused);
         if self.udp.is_none() {
-            frames.extend(self.tx.drain(..).map(TxFrame));
+            frames.extend(self.tx.drain(..).map(|m| TxFrame { m, skip: 0 }));
         }
     }
 
