@@ -118,10 +118,7 @@ impl Mbuf {
     pub fn is_unique(&self) -> bool {
         self.seg_ptrs().all(|s| {
             // SAFETY: s is a valid segment of our chain.
-            unsafe {
-                sys::tigon_mbuf_refcnt_read(s) == 1
-                    && sys::tigon_mbuf_ol_flags(s) & sys::TIGON_MBUF_F_INDIRECT == 0
-            }
+            unsafe { seg_refcnt(s) == 1 && (*s).ol_flags & sys::TIGON_MBUF_F_INDIRECT == 0 }
         })
     }
 
@@ -191,10 +188,7 @@ impl Mbuf {
         // borrows self mutably.
         unsafe {
             let len = (*s).data_len as usize;
-            Ok(std::slice::from_raw_parts_mut(
-                sys::tigon_pktmbuf_mtod(s) as *mut u8,
-                len,
-            ))
+            Ok(std::slice::from_raw_parts_mut(seg_data(s), len))
         }
     }
 
@@ -460,8 +454,32 @@ unsafe extern "C" fn ext_free(_addr: *mut c_void, opaque: *mut c_void) {
 /// memory others may map, never written through an mbuf). The data rooms of a pool made over
 /// external memory (`Mempool::with_external_data`) are the pool's own and writable.
 fn seg_external(s: *mut sys::rte_mbuf) -> bool {
-    // SAFETY: s is a valid segment (its pool pointer is valid for a pool-backed mbuf).
-    unsafe { sys::tigon_mbuf_ext_attached(s) != 0 }
+    // SAFETY: s is a valid segment (its pool pointer is valid for a pool-backed mbuf); the
+    // shim (which looks at the pool for pinned buffers) is asked only about a segment with
+    // an external buffer.
+    unsafe {
+        (*s).ol_flags & sys::TIGON_MBUF_F_EXTERNAL != 0 && sys::tigon_mbuf_ext_attached(s) != 0
+    }
+}
+
+/// A segment's reference count, read as `rte_mbuf_refcnt_read` does (a relaxed atomic
+/// load), without a call into the shim: `is_unique` runs it for every frame built or cut.
+///
+/// # Safety
+/// `s` is a valid segment.
+unsafe fn seg_refcnt(s: *mut sys::rte_mbuf) -> u16 {
+    // SAFETY: the field is a live, aligned u16 that DPDK only changes atomically.
+    unsafe { std::sync::atomic::AtomicU16::from_ptr(&raw mut (*s).refcnt) }
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Where a segment's data starts (`rte_pktmbuf_mtod`: buffer address plus data offset).
+///
+/// # Safety
+/// `s` is a valid segment.
+unsafe fn seg_data(s: *mut sys::rte_mbuf) -> *mut u8 {
+    // SAFETY: the data offset lies inside the segment's buffer.
+    unsafe { ((*s).buf_addr as *mut u8).add(usize::from((*s).data_off)) }
 }
 
 fn seg_slice<'a>(s: *mut sys::rte_mbuf) -> &'a [u8] {
@@ -472,6 +490,6 @@ fn seg_slice<'a>(s: *mut sys::rte_mbuf) -> &'a [u8] {
         if len == 0 {
             return &[];
         }
-        std::slice::from_raw_parts(sys::tigon_pktmbuf_mtod(s) as *const u8, len)
+        std::slice::from_raw_parts(seg_data(s), len)
     }
 }
