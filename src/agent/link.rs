@@ -104,7 +104,7 @@ pub struct PortLink {
     /// Bytes in front of each engine frame for the UDP/IPv4 headers (0 on raw Ethernet),
     /// reserved when the frame is allocated: the frame then starts where a raw-Ethernet
     /// frame does, at the mbuf's usual headroom (16-byte aligned), and the port's copy of it
-    /// (memif, af_packet: `rte_memcpy`) takes its aligned path. Written into the headroom
+    /// (memif's `rte_memcpy`) takes its aligned path. Written into the headroom
     /// instead (28 bytes in front), the frame started 4 bytes off: memif's transmit copy
     /// took ~50 % more instructions per 9000-byte frame (callgrind).
     skip: usize,
