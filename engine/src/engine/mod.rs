@@ -351,7 +351,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 break;
             }
             if let Some(peer) = self.peers.get(t.slot()) {
-                tigon_shm::mem::prefetch(peer);
+                tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::ACK_HOT);
             }
         }
     }

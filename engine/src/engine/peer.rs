@@ -197,6 +197,15 @@ pub(super) struct Peer<F> {
 }
 
 impl<F: 'static> Peer<F> {
+    /// The bytes the receive path of a small message reads and writes (fast.rs, `on_small`):
+    /// what the read-ahead of a receive burst asks for (rx.rs, `warm`).
+    pub(super) const RX_HOT: std::ops::Range<usize> =
+        std::mem::offset_of!(Self, stream.rcv_next)..std::mem::offset_of!(Self, msgs.in_eager) + 1;
+    /// The bytes a delayed ack's visit reads and writes (mod.rs, `delayed_acks_due`; tx.rs,
+    /// `quick_ack`): what the read-ahead of the acks falling due asks for (`warm_due_acks`).
+    pub(super) const ACK_HOT: std::ops::Range<usize> =
+        std::mem::offset_of!(Self, stream.ctl_bulk)..std::mem::offset_of!(Self, msgs.waiting) + 8;
+
     pub(super) fn new(mac: MacAddr, frag: usize) -> Self {
         let frag = frag as u32;
         Peer {
@@ -424,8 +433,16 @@ mod tests {
             (at!(P, msgs.sends), 8),
             (at!(P, msgs.pulls), 8),
         ];
-        let rx_lines = lines(&[&both[..], &rx[..]].concat());
-        let ack_lines = lines(&[&both[..], &ack[..]].concat());
+        let rx_all = [&both[..], &rx[..]].concat();
+        let ack_all = [&both[..], &ack[..]].concat();
+        // ... and within what the read-aheads ask for
+        let within = |f: &[(usize, usize)], r: std::ops::Range<usize>| {
+            f.iter().all(|&(o, b)| r.start <= o && o + b <= r.end)
+        };
+        assert!(within(&rx_all, P::RX_HOT), "{:?}", P::RX_HOT);
+        assert!(within(&ack_all, P::ACK_HOT), "{:?}", P::ACK_HOT);
+        let rx_lines = lines(&rx_all);
+        let ack_lines = lines(&ack_all);
         assert!(rx_lines <= 3.0, "receive path: {rx_lines} lines");
         assert!(ack_lines <= 4.125, "delayed ack: {ack_lines} lines");
         assert_eq!(size_of::<Option<super::InEager>>(), 32);

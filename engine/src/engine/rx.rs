@@ -4,7 +4,7 @@
 
 use super::Engine;
 use super::fast;
-use super::peer::PeerState;
+use super::peer::{Peer, PeerState};
 use super::stream::Arrival;
 use crate::copy::CopyEngine;
 use crate::link::Link;
@@ -74,7 +74,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 if let Some(p) = self.peer_index.slot_in(b)
                     && let Some(peer) = self.peers.get(p)
                 {
-                    tigon_shm::mem::prefetch(peer);
+                    // The address the lookup compares is in these lines too.
+                    tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::RX_HOT);
                 }
             }
         }
