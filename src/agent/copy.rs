@@ -434,7 +434,6 @@ mod tests {
     use super::*;
     use crate::agent::lease::Leases;
     use crate::agent::memory::{ClientMem, bufref};
-    use std::collections::HashMap;
     use std::sync::Arc;
     use tigon_engine::channel::Payload;
     use tigon_shm::Region;
@@ -448,7 +447,7 @@ mod tests {
         c.clients.insert(
             0,
             ClientMem {
-                armed: HashMap::new(),
+                armed: tigon_engine::fasthash::FastMap::default(),
                 region: Arc::new(Region::create("copy-test", 4096, false).unwrap()),
                 pid: std::process::id() as i32,
                 ext: None,

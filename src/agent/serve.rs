@@ -14,9 +14,9 @@
 
 use super::memory::{self, ClientCopy, ClientMem};
 use super::ops::{self, Started};
-use std::collections::HashMap;
 use std::sync::Arc;
 use tigon_engine::channel::{Channel, Completion, Request, Submitted, status};
+use tigon_engine::fasthash::FastMap;
 use tigon_engine::{CopyEngine, EndpointAddr, Engine, Link, ReqId};
 
 struct InFlight {
@@ -64,7 +64,7 @@ pub struct ServeStats {
 #[derive(Default)]
 pub struct Served {
     clients: Vec<Option<Client>>,
-    by_req: HashMap<ReqId, (u32, u32)>,
+    by_req: FastMap<ReqId, (u32, u32)>,
     next_generation: u32,
     pub stats: ServeStats,
     /// Clients disconnected for misbehaving since the last look: (handle, reason).
@@ -106,7 +106,7 @@ impl Served {
         eng.copy_engine_mut().clients().insert(
             slot,
             ClientMem {
-                armed: HashMap::new(),
+                armed: FastMap::default(),
                 region: ch.region.clone(),
                 pid,
                 ext,
