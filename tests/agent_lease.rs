@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use tigon_client::{Client, Done, RecvInto};
+use tigon_client::{Client, Done, RecvInto, Req, Status};
 use tigon_engine::matching::match_bits;
 use tigon_engine::{MatchSpec, SendMode};
 
@@ -180,29 +180,11 @@ fn a_large_message_is_copied_by_the_rank_that_waits_for_it() {
     assert!(rx.lends(), "the agent lends, the client does not know");
     let len = 4 << 20;
     let data = big(len, 1);
-    let r = rx
-        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; len]))
-        .expect("irecv");
-    let s = tx
-        .isend_vec(
-            rx.addr(),
-            match_bits(3, 9),
-            0,
-            data.clone(),
-            SendMode::Standard,
-        )
-        .expect("isend");
-    match rx.wait(r).expect("receive completes") {
-        Done::Received {
-            status,
-            data: Some(v),
-        } => {
-            assert!(!status.truncated);
-            assert_eq!(status.received, len as u64);
-            assert!(v == data, "payload differs");
-        }
-        other => panic!("completed as {other:?}"),
-    }
+    let (r, s) = post_large(&tx, &rx, &data, len);
+    let (status, v) = received(&rx, r);
+    assert!(!status.truncated);
+    assert_eq!(status.received, len as u64);
+    assert!(v == data, "payload differs");
     tx.wait(s).expect("send completes");
     let (lent, written, rank) = lent_and_written(&b);
     assert!(lent > 0, "nothing lent to a waiting rank: {}", b.stats());
@@ -225,29 +207,11 @@ fn a_truncated_large_receive_gets_what_fits_and_says_so() {
     let rx = polling_receiver(&b);
     let (len, cap) = (3 << 20, (1 << 20) + 5);
     let data = big(len, 2);
-    let r = rx
-        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; cap]))
-        .expect("irecv");
-    let s = tx
-        .isend_vec(
-            rx.addr(),
-            match_bits(3, 9),
-            0,
-            data.clone(),
-            SendMode::Standard,
-        )
-        .expect("isend");
-    match rx.wait(r).expect("receive completes") {
-        Done::Received {
-            status,
-            data: Some(v),
-        } => {
-            assert!(status.truncated, "{status:?}");
-            assert_eq!((status.len, status.received), (len as u64, cap as u64));
-            assert!(v[..] == data[..cap], "payload differs");
-        }
-        other => panic!("completed as {other:?}"),
-    }
+    let (r, s) = post_large(&tx, &rx, &data, cap);
+    let (status, v) = received(&rx, r);
+    assert!(status.truncated, "{status:?}");
+    assert_eq!((status.len, status.received), (len as u64, cap as u64));
+    assert!(v[..] == data[..cap], "payload differs");
     tx.wait(s).expect("send completes");
     let (lent, written, _) = lent_and_written(&b);
     assert!(lent > 0, "{}", b.stats());
@@ -266,18 +230,7 @@ fn a_rank_that_stops_polling_mid_transfer_does_not_stall_it() {
     let rx = polling_receiver(&b);
     let len = 32 << 20;
     let data = big(len, 3);
-    let r = rx
-        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; len]))
-        .expect("irecv");
-    let s = tx
-        .isend_vec(
-            rx.addr(),
-            match_bits(3, 9),
-            0,
-            data.clone(),
-            SendMode::Standard,
-        )
-        .expect("isend");
+    let (r, s) = post_large(&tx, &rx, &data, len);
     // Poll until the first lent frames are copied, then stop.
     let t0 = std::time::Instant::now();
     loop {
@@ -300,16 +253,9 @@ fn a_rank_that_stops_polling_mid_transfer_does_not_stall_it() {
         "the engine did not notice the rank stopped polling: {}",
         b.stats()
     );
-    match rx.wait(r).expect("receive completes") {
-        Done::Received {
-            status,
-            data: Some(v),
-        } => {
-            assert_eq!(status.received, len as u64);
-            assert!(v == data, "payload differs");
-        }
-        other => panic!("completed as {other:?}"),
-    }
+    let (status, v) = received(&rx, r);
+    assert_eq!(status.received, len as u64);
+    assert!(v == data, "payload differs");
     let (lent, written, _) = lent_and_written(&b);
     assert_eq!(lent + written, len as u64, "{}", b.stats());
     assert!(
@@ -361,4 +307,32 @@ fn a_rank_killed_holding_lent_frames_gives_them_back() {
         "{}",
         b.stats()
     );
+}
+
+/// `rx` posts a receive of `cap` bytes (context 3, source 0, tag 9) and `tx` sends it `data`.
+fn post_large(tx: &Client, rx: &Client, data: &[u8], cap: usize) -> (Req, Req) {
+    let r = rx
+        .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; cap]))
+        .expect("irecv");
+    let s = tx
+        .isend_vec(
+            rx.addr(),
+            match_bits(3, 9),
+            0,
+            data.to_vec(),
+            SendMode::Standard,
+        )
+        .expect("isend");
+    (r, s)
+}
+
+/// Waits for receive `r` of `rx`: its status and the bytes it got.
+fn received(rx: &Client, r: Req) -> (Status, Vec<u8>) {
+    match rx.wait(r).expect("receive completes") {
+        Done::Received {
+            status,
+            data: Some(v),
+        } => (status, v),
+        other => panic!("completed as {other:?}"),
+    }
 }
