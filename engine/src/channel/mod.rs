@@ -38,7 +38,8 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 4: leases of received frames (`FLAG_LEASE`, the lease ring, `Desc::lease`).
 /// 5: fragments of large messages lent to a polling client (the lent ring, the fragment
 /// table, the polled word), 128 lease slots.
-pub const VERSION: u32 = 5;
+/// 6: ring slots of 8 bytes that carry their entry's sequence number (`tigon_shm::Ring`).
+pub const VERSION: u32 = 6;
 
 // Header fields.
 const H_MAGIC: usize = 0;

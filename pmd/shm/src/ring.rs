@@ -1,23 +1,47 @@
 //! A single-producer single-consumer ring of 32-bit indices inside a [`Region`].
 //!
 //! Layout at `off`: the producer's count (u32) on its own cache line, the consumer's count on
-//! the next, then `cap` slots. Counts run freely and wrap; `cap` is a power of two. The peer
-//! is untrusted: a count that claims more entries than the ring holds is reported as
-//! corruption, and every popped value must still be validated by the caller.
+//! the next, then `cap` slots of 8 bytes. Counts run freely and wrap; `cap` is a power of two.
+//! A slot holds its value and the producer's count just after it was pushed (`seq`, the high
+//! 32 bits), so the consumer learns of an entry from the slot alone: one cache line comes over
+//! from the producer's core per entry, where reading the producer's count first and then the
+//! slot took two, one after the other (measured between the two vCPUs of this VM, ping-pong
+//! over two rings: 307 ns one way before, 163 ns with slots that say they are full; medians).
+//! The producer reads the consumer's count only when its last look says the ring is full.
+//! The counts stay, for [`Ring::len`] and as the check of a peer's writes: the peer is
+//! untrusted, and a count that claims more entries than the ring holds, or an entry the count
+//! claims that its slot does not hold, is reported as corruption; every popped value must
+//! still be validated by the caller.
 
 use crate::region::Region;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const LINE: usize = 64;
+const SLOT: usize = 8;
 
 /// One end (producer or consumer) of a ring.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Ring {
     region: Arc<Region>,
     off: usize,
     cap: u32,
+    /// The producer's last look at the consumer's count (this process's memory, not the
+    /// region's): while it leaves room, a push reads nothing the consumer writes. Older than
+    /// the real count is always safe (less room than there is); a clone starts from it.
+    seen_cons: AtomicU32,
+}
+
+impl Clone for Ring {
+    fn clone(&self) -> Ring {
+        Ring {
+            region: self.region.clone(),
+            off: self.off,
+            cap: self.cap,
+            seen_cons: AtomicU32::new(self.seen_cons.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 /// The peer wrote counts no correct peer could have written.
@@ -30,13 +54,20 @@ impl std::fmt::Display for Corrupt {
     }
 }
 
+/// A slot's contents: the entry `v` pushed at count `pos` (its `seq` is `pos + 1`).
+#[inline]
+fn entry(pos: u32, v: u32) -> u64 {
+    (u64::from(pos.wrapping_add(1)) << 32) | u64::from(v)
+}
+
 impl Ring {
     /// Bytes a ring of `cap` slots occupies.
     pub fn bytes(cap: u32) -> usize {
-        2 * LINE + cap as usize * 4
+        2 * LINE + cap as usize * SLOT
     }
 
-    /// A ring at `off` in `region`; both sides must agree on `off` and `cap`.
+    /// A ring at `off` in `region`; both sides must agree on `off` and `cap`. The region's
+    /// bytes there must be zero when the ring is first used (a fresh or cleared region).
     pub fn new(region: Arc<Region>, off: usize, cap: u32) -> io::Result<Ring> {
         if !cap.is_power_of_two() || !off.is_multiple_of(LINE) {
             return Err(io::Error::new(
@@ -44,8 +75,13 @@ impl Ring {
                 "ring: capacity must be a power of two, offset line-aligned",
             ));
         }
-        region.atomic_u32(off + 2 * LINE + (cap as usize - 1) * 4)?; // whole ring in bounds
-        Ok(Ring { region, off, cap })
+        region.atomic_u64(off + 2 * LINE + (cap as usize - 1) * SLOT)?; // whole ring in bounds
+        Ok(Ring {
+            region,
+            off,
+            cap,
+            seen_cons: AtomicU32::new(0),
+        })
     }
 
     fn prod(&self) -> &AtomicU32 {
@@ -58,9 +94,9 @@ impl Ring {
             .atomic_u32(self.off + LINE)
             .expect("checked at construction")
     }
-    fn slot(&self, i: u32) -> &AtomicU32 {
+    fn slot(&self, i: u32) -> &AtomicU64 {
         self.region
-            .atomic_u32(self.off + 2 * LINE + (i & (self.cap - 1)) as usize * 4)
+            .atomic_u64(self.off + 2 * LINE + (i & (self.cap - 1)) as usize * SLOT)
             .expect("checked at construction")
     }
 
@@ -68,35 +104,43 @@ impl Ring {
         self.cap
     }
 
-    /// Producer: appends `v`; `Ok(false)` when full (backpressure: try again later).
-    pub fn push(&self, v: u32) -> Result<bool, Corrupt> {
-        let head = self.prod().load(Ordering::Relaxed);
+    /// Producer: room for how many more entries after `head`, looking at the consumer's
+    /// count only when the last look leaves none.
+    #[inline]
+    fn room(&self, head: u32, want: u32) -> Result<u32, Corrupt> {
+        let used = head.wrapping_sub(self.seen_cons.load(Ordering::Relaxed));
+        if used < self.cap && self.cap - used >= want {
+            return Ok(self.cap - used);
+        }
         let tail = self.cons().load(Ordering::Acquire);
+        self.seen_cons.store(tail, Ordering::Relaxed);
         let used = head.wrapping_sub(tail);
         if used > self.cap {
             return Err(Corrupt);
         }
-        if used == self.cap {
+        Ok(self.cap - used)
+    }
+
+    /// Producer: appends `v`; `Ok(false)` when full (backpressure: try again later).
+    pub fn push(&self, v: u32) -> Result<bool, Corrupt> {
+        let head = self.prod().load(Ordering::Relaxed);
+        if self.room(head, 1)? == 0 {
             return Ok(false);
         }
-        self.slot(head).store(v, Ordering::Relaxed);
+        self.slot(head).store(entry(head, v), Ordering::Release);
         self.prod().store(head.wrapping_add(1), Ordering::Release);
         Ok(true)
     }
 
     /// Producer: appends as many of `vs` as fit, in order, and publishes them at once (the
-    /// consumer sees all of them or none); returns how many.
+    /// consumer sees all of them or none: the first slot is written last); returns how many.
     pub fn push_all(&self, vs: &[u32]) -> Result<usize, Corrupt> {
         let head = self.prod().load(Ordering::Relaxed);
-        let tail = self.cons().load(Ordering::Acquire);
-        let used = head.wrapping_sub(tail);
-        if used > self.cap {
-            return Err(Corrupt);
-        }
-        let n = vs.len().min((self.cap - used) as usize);
-        for (i, &v) in vs[..n].iter().enumerate() {
-            self.slot(head.wrapping_add(i as u32))
-                .store(v, Ordering::Relaxed);
+        let want = vs.len().min(self.cap as usize) as u32;
+        let n = vs.len().min(self.room(head, want)? as usize);
+        for (i, &v) in vs[..n].iter().enumerate().rev() {
+            let pos = head.wrapping_add(i as u32);
+            self.slot(pos).store(entry(pos, v), Ordering::Release);
         }
         if n > 0 {
             self.prod()
@@ -108,25 +152,38 @@ impl Ring {
     /// Consumer: takes the oldest entry, if any.
     pub fn pop(&self) -> Result<Option<u32>, Corrupt> {
         let tail = self.cons().load(Ordering::Relaxed);
-        let head = self.prod().load(Ordering::Acquire);
-        let avail = head.wrapping_sub(tail);
-        if avail > self.cap {
-            return Err(Corrupt);
+        let seq = tail.wrapping_add(1);
+        let mut x = self.slot(tail).load(Ordering::Acquire);
+        if (x >> 32) as u32 != seq {
+            // Nothing new in the slot: the counts say whether that is right. The consumer
+            // takes an entry once its slot holds it, before the producer's count says so, so
+            // its own count may be ahead of the producer's, by up to a ring's worth (a batch).
+            let head = self.prod().load(Ordering::Acquire);
+            let avail = head.wrapping_sub(tail) as i32;
+            if avail > self.cap as i32 || avail < -(self.cap as i32) {
+                return Err(Corrupt);
+            }
+            if avail <= 0 {
+                return Ok(None);
+            }
+            // A correct producer writes the slot before its count.
+            x = self.slot(tail).load(Ordering::Acquire);
+            if (x >> 32) as u32 != seq {
+                return Err(Corrupt);
+            }
         }
-        if avail == 0 {
-            return Ok(None);
-        }
-        let v = self.slot(tail).load(Ordering::Relaxed);
-        self.cons().store(tail.wrapping_add(1), Ordering::Release);
-        Ok(Some(v))
+        self.cons().store(seq, Ordering::Release);
+        Ok(Some(x as u32))
     }
 
-    /// Entries waiting (as seen by either side).
+    /// Entries waiting (as seen by either side, by the counts: the consumer's may be ahead
+    /// of the producer's for a moment, which is none waiting).
     pub fn len(&self) -> u32 {
-        self.prod()
+        let d = self
+            .prod()
             .load(Ordering::Acquire)
-            .wrapping_sub(self.cons().load(Ordering::Acquire))
-            .min(self.cap)
+            .wrapping_sub(self.cons().load(Ordering::Acquire)) as i32;
+        d.clamp(0, self.cap as i32) as u32
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -157,6 +214,83 @@ mod tests {
         assert_eq!(ring.pop(), Err(Corrupt));
         assert!(Ring::new(r.clone(), 0, 6).is_err());
         assert!(Ring::new(r, 4000, 64).is_err());
+    }
+
+    /// The count says an entry is there that its slot does not hold (a peer writing the
+    /// count alone, or scribbling over a slot): corruption, not a value.
+    #[test]
+    fn a_slot_that_does_not_hold_the_counted_entry_is_corrupt() {
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        let c = p.clone();
+        assert!(p.push(7).unwrap());
+        assert_eq!(c.pop().unwrap(), Some(7));
+        // The producer's count moved on, its slot did not.
+        r.atomic_u32(0).unwrap().store(2, Ordering::Release);
+        assert_eq!(c.pop(), Err(Corrupt));
+        // A slot rewritten with another position's sequence number.
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        assert!(p.push(1).unwrap());
+        let slot = r.atomic_u64(2 * LINE).unwrap();
+        slot.store(slot.load(Ordering::Relaxed) + (5 << 32), Ordering::Release);
+        assert_eq!(p.clone().pop(), Err(Corrupt));
+    }
+
+    /// While its last look at the consumer's count leaves room, a push does not read that
+    /// count again (the line stays on the consumer's core); once it would be full, it does.
+    #[test]
+    fn the_producer_reads_the_consumers_count_only_when_short_of_room() {
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        let c = p.clone();
+        assert!(p.push(0).unwrap());
+        assert_eq!(c.pop().unwrap(), Some(0));
+        // A count no consumer could write: not seen while the ring has room by the last look.
+        r.atomic_u32(LINE).unwrap().store(1000, Ordering::Release);
+        // Room for 8 by the count last read (0), 7 of them left after the first push.
+        for i in 1..8 {
+            assert!(p.push(i).unwrap());
+        }
+        // Full by that count: now it looks, and sees the garbage.
+        assert_eq!(p.push(8), Err(Corrupt));
+    }
+
+    /// Over many laps (sequence numbers of every slot rewritten many times) and wrapping
+    /// counts, values come out in order, once each.
+    #[test]
+    fn laps_and_wrapping_counts() {
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        // Counts just short of wrapping, as after 2^32 - 5 entries; slots as that many
+        // entries leave them.
+        let start = u32::MAX - 5;
+        r.atomic_u32(0).unwrap().store(start, Ordering::Release);
+        r.atomic_u32(LINE).unwrap().store(start, Ordering::Release);
+        for k in 0..8u32 {
+            let pos = start.wrapping_sub(8).wrapping_add(k);
+            let i = (pos & 7) as usize;
+            r.atomic_u64(2 * LINE + i * SLOT)
+                .unwrap()
+                .store(entry(pos, 99), Ordering::Release);
+        }
+        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        let c = p.clone();
+        assert_eq!(c.pop().unwrap(), None, "old laps' entries are not new ones");
+        let mut next = 0;
+        for v in 0..100u32 {
+            assert!(p.push(v).unwrap());
+            if v % 3 == 2 {
+                while let Some(x) = c.pop().unwrap() {
+                    assert_eq!(x, next);
+                    next += 1;
+                }
+            }
+        }
+        while let Some(x) = c.pop().unwrap() {
+            assert_eq!(x, next);
+            next += 1;
+        }
+        assert_eq!(next, 100);
     }
 
     #[test]
