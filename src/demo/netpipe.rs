@@ -71,6 +71,17 @@ fn run_netpipe(
     Ok(pts)
 }
 
+/// One run's figures as a line of the demo's log: latency, bandwidth and the host's mode
+/// when its round began.
+fn round_line(what: &str, f: &RunFigures, host: &tigon_bench::host::Host) -> String {
+    let show = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |x| format!("{x:.2} {unit}"));
+    format!(
+        "{what}: latency 1/8/64 B {}, bandwidth >= 1 MiB {} (host when the round began: {host})",
+        show(f.small_latency_us(), "us"),
+        show(f.large_bandwidth().map(|b| b / 1e3), "Gb/s"),
+    )
+}
+
 /// One run's figures.
 #[derive(Debug, Clone)]
 struct RunFigures {
@@ -172,6 +183,10 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
     let mut failures: Vec<String> = Vec::new();
     let mut stats = None;
     for r in 0..a.runs {
+        // The host's cross-core speed flips between modes here within minutes, and tigon's
+        // hand-offs between cores follow it: each round says which mode it began in, and
+        // its figures follow (see `round_line`).
+        let host = tigon_bench::host::probe();
         for (k, col) in cols.iter().enumerate() {
             if tigon_shm::signals::terminating() {
                 return Err("interrupted".into());
@@ -206,7 +221,11 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
                 Column::Vader => run_netpipe(peers::vader(&prog)?, &out, &what, &[]),
             };
             match result {
-                Ok(points) => runs[k].push(RunFigures { points }),
+                Ok(points) => {
+                    let f = RunFigures { points };
+                    println!("{}", round_line(&what, &f, &host));
+                    runs[k].push(f);
+                }
                 // tigon must work; a peer that fails is reported and left out.
                 Err(e) if matches!(col, Column::Tigon(_)) => return Err(e),
                 Err(e) => failures.push(e),
@@ -477,6 +496,24 @@ mod tests {
             partial.small_latency_us(),
             None,
             "a missing size is no figure"
+        );
+        let fast = tigon_bench::host::Host {
+            cross_core_rtt_ns: Some(70.4),
+            op_ns: 1.0,
+        };
+        assert_eq!(
+            round_line("run 1/3: NetPIPE over tigon", &r, &fast),
+            "run 1/3: NetPIPE over tigon: latency 1/8/64 B 4.00 us, bandwidth >= 1 MiB 8.00 Gb/s \
+             (host when the round began: cross-core round trip 70 ns, 1.00 ns per dependent \
+             multiply-add)"
+        );
+        let one = tigon_bench::host::Host {
+            cross_core_rtt_ns: None,
+            op_ns: 1.0,
+        };
+        assert!(
+            round_line("x", &partial, &one)
+                .ends_with("latency 1/8/64 B -, bandwidth >= 1 MiB - (host when the round began: one CPU, 1.00 ns per dependent multiply-add)")
         );
     }
 }
