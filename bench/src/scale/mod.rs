@@ -452,4 +452,13 @@ mod tests {
         // 64 idle peers: 248 B each and the index (128 buckets of 4 B).
         assert!(r.rows[1].idle_peer_bytes <= 256.0, "{:?}", r.rows[1]);
     }
+
+    /// From 4,096 peers on, engine A reads each frame's peer ahead of handling it (rx.rs,
+    /// `receive_warm`; in a debug build it checks that the bucket it read ahead for each
+    /// frame is that frame's): every message still arrives, none resent.
+    #[test]
+    fn a_run_past_the_read_ahead_threshold_completes() {
+        let r = super::run(&[4_200], 20_000, &Default::default()).unwrap();
+        assert_eq!(r.rows[0].retransmits, 0, "{:?}", r.rows[0]);
+    }
 }

@@ -198,7 +198,7 @@ pub(super) struct Peer<F> {
 
 impl<F: 'static> Peer<F> {
     /// The bytes the receive path of a small message reads and writes (fast.rs, `on_small`):
-    /// what the read-ahead of a receive burst asks for (rx.rs, `warm`).
+    /// what the read-ahead of a receive burst asks for (rx.rs, `receive_warm`).
     pub(super) const RX_HOT: std::ops::Range<usize> =
         std::mem::offset_of!(Self, stream.rcv_next)..std::mem::offset_of!(Self, msgs.in_eager) + 1;
     /// The bytes a delayed ack's visit reads and writes (mod.rs, `delayed_acks_due`; tx.rs,

@@ -10,12 +10,15 @@ use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
 
-/// From this many peers on, a receive burst reads its frames' peers ahead (`warm`): below
-/// it, their state (~256 B each) stays in the processor's caches.
+/// From this many peers on, a receive burst reads its frames' peers ahead (`receive_warm`):
+/// below it, their state (~256 B each) stays in the processor's caches.
 pub(super) const WARM_PEERS: usize = 4096;
 
-/// Frames whose buckets one pass of `warm` keeps (a receive burst is 32 by default).
-const WARM_CHUNK: usize = 64;
+/// Frames between the read-ahead of a frame's peer and its handling (rx.rs, `receive_warm`);
+/// its index bucket is asked for twice as far ahead.
+const AHEAD: usize = 8;
+/// The buckets of the frames between those two read-aheads, by frame number modulo this.
+const RING: usize = 2 * AHEAD;
 
 /// What one receive burst did.
 pub(super) struct RxBurst {
@@ -33,51 +36,76 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             frames: rx.len(),
             drained: rx.len() < self.cfg.burst,
         };
-        self.warm(&rx);
-        for f in rx.drain(..) {
-            self.on_frame(f, now);
+        if self.peers.len() < WARM_PEERS {
+            for f in rx.drain(..) {
+                self.on_frame(f, now);
+            }
+        } else {
+            self.receive_warm(&mut rx, now);
         }
         self.rx = rx;
         burst
     }
 
-    /// Asks the processor for the state of every peer node a burst's frames come from before
-    /// any frame is handled. With many peers (65,536 of them: 16 MB of state) each frame's
-    /// peer is a cache miss; handled one by one, a frame would wait for its misses before the
-    /// next frame's begin. Here nothing waits: the buckets of all the burst's frames are asked
-    /// for first, then (their slots read, now mostly in cache) every cache line of each
-    /// frame's likely peer, so the misses of the whole burst overlap, and the frames are then
-    /// handled from the cache. Nothing is decided here (the peer is the bucket's first, not
-    /// checked): a frame's peer is looked up when it is handled. A small peer table is in the
-    /// cache anyway and skips this.
-    /// Each frame's bucket is worked out once, in the first pass, and kept for the second.
-    fn warm(&self, rx: &[L::Frame]) {
-        if self.peers.len() < WARM_PEERS {
-            return;
+    /// Handles a burst's frames with their peers read ahead. With many peers (65,536 of
+    /// them: 16 MB of state) each frame's peer is a cache miss; handled one by one, a frame
+    /// would wait for its misses before the next frame's begin. Here the processor is asked
+    /// for each frame's index bucket `2 * AHEAD` frames before the frame is handled, and for
+    /// the lines of its likely peer that the receive path reads (`Peer::RX_HOT`; the bucket
+    /// read by then) `AHEAD` frames before: the misses of several frames overlap with each
+    /// other and with the handling of the frames before them, and stay few enough at a time
+    /// for the processor to keep every request (asked for all of a 32-frame burst at once,
+    /// ~130 lines, most were still on their way when their frame's turn came: perf put a
+    /// quarter of the poll's samples on the first load from the peer). Nothing is decided
+    /// here (the peer is the bucket's first, not checked): a frame's peer is looked up when
+    /// it is handled.
+    fn receive_warm(&mut self, rx: &mut Vec<L::Frame>, now: u64) {
+        let n = rx.len();
+        let mut ring = [u32::MAX; RING];
+        for (b, f) in ring.iter_mut().zip(rx.iter()) {
+            *b = self.bucket_ahead(f);
         }
-        for frames in rx.chunks(WARM_CHUNK) {
-            let mut at = [u32::MAX; WARM_CHUNK];
-            for (b, f) in at.iter_mut().zip(frames) {
-                if let Some(w) = src_word(f.as_ref())
-                    && let Some(bucket) = self.peer_index.prefetch_word(w)
-                {
-                    *b = bucket;
-                }
+        for &b in ring.iter().take(n.min(AHEAD)) {
+            self.peer_ahead(b);
+        }
+        let index_bytes = self.peer_index.bytes();
+        let mut frames = rx.drain(..);
+        let mut i = 0;
+        while let Some(f) = frames.next() {
+            // The ring holds this frame's bucket (asked for `2 * AHEAD` frames ago), unless
+            // the index grew since (peers added by the frames before: the read-ahead missed).
+            debug_assert!(
+                self.peer_index.bytes() != index_bytes || ring[i % RING] == self.bucket_ahead(&f),
+                "frame {i} of {n}"
+            );
+            if i + AHEAD < n {
+                self.peer_ahead(ring[(i + AHEAD) % RING]);
             }
-            // Runs of frames from one node read their peer once.
-            let mut last = u32::MAX;
-            for &b in &at[..frames.len()] {
-                if b == last {
-                    continue;
-                }
-                last = b;
-                if let Some(p) = self.peer_index.slot_in(b)
-                    && let Some(peer) = self.peers.get(p)
-                {
-                    // The address the lookup compares is in these lines too.
-                    tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::RX_HOT);
-                }
+            // Frame i + 2 * AHEAD takes frame i's place in the ring (its peer was asked for).
+            if let Some(g) = frames.as_slice().get(2 * AHEAD - 1) {
+                ring[i % RING] = self.bucket_ahead(g);
             }
+            self.on_frame(f, now);
+            i += 1;
+        }
+    }
+
+    /// Asks for frame `f`'s index bucket; returns it (`u32::MAX`: none).
+    #[inline(always)]
+    fn bucket_ahead(&self, f: &L::Frame) -> u32 {
+        src_word(f.as_ref())
+            .and_then(|w| self.peer_index.prefetch_word(w))
+            .unwrap_or(u32::MAX)
+    }
+
+    /// Asks for the lines the receive path reads of the peer in bucket `b` (the address the
+    /// lookup compares is in them too).
+    #[inline(always)]
+    fn peer_ahead(&self, b: u32) {
+        if let Some(p) = self.peer_index.slot_in(b)
+            && let Some(peer) = self.peers.get(p)
+        {
+            tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::RX_HOT);
         }
     }
 
