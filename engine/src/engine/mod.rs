@@ -51,6 +51,10 @@ fn new_session(rng: &mut rand::rngs::SmallRng) -> u32 {
     rng.gen_range(1..=u32::MAX)
 }
 
+/// Delayed acks between the read-ahead of a peer whose ack falls due and its visit
+/// (`delayed_acks_due`).
+const ACK_AHEAD: usize = 8;
+
 /// The clock's unit in [`AckTimer`]: 1,024 ns.
 const ACK_TICK_NS: u64 = 1 << 10;
 /// The furthest ahead an [`AckTimer`] can fall due, in ticks: an ack is never held longer
@@ -337,16 +341,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
-    /// Asks the processor for the peers whose delayed acks are due now (those
-    /// `delayed_acks_due` will take after this poll's receive burst), without waiting for
-    /// them. With many peers an ack falls due `max_ack_delay_ns` after its peer was last
-    /// touched, long gone from the caches (65,536 peers: 16 MB of state); visited one after
-    /// another, each would stall the loop on its misses (the largest single cost of the
-    /// 65,536-peer rate, seen by perf). Asked for before the receive burst, their misses
-    /// overlap with each other and with the burst's work.
+    /// Asks the processor for the first [`ACK_AHEAD`] peers whose delayed acks are due now
+    /// (the first `delayed_acks_due` will take after this poll's receive burst), without
+    /// waiting for them; each visit there asks for the peer `ACK_AHEAD` entries on. With
+    /// many peers an ack falls due `max_ack_delay_ns` after its peer was last touched, long
+    /// gone from the caches (65,536 peers: 16 MB of state); visited one after another, each
+    /// would stall the loop on its misses (the largest single cost of the 65,536-peer rate,
+    /// seen by perf). Asked for before the receive burst, their misses overlap with each
+    /// other and with the burst's work. Not all of two bursts' worth at once (up to 64
+    /// peers, 256 lines): the processor cannot keep that many requests, nor those of the
+    /// receive burst's read-ahead behind them (rx.rs, `receive_warm`).
     #[inline(never)]
     fn warm_due_acks(&self, now: u64) {
-        for &t in self.ack_timers.iter().take(self.cfg.burst * 2) {
+        for &t in self.ack_timers.iter().take(ACK_AHEAD) {
             if !t.come(now) {
                 break;
             }
@@ -380,6 +387,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 break;
             }
             self.ack_timers.pop_front();
+            // The peer `ACK_AHEAD` entries on, read ahead while this one is visited (the
+            // first ones were asked for at the start of the poll: `warm_due_acks`).
+            if self.peers.len() >= rx::WARM_PEERS
+                && let Some(&u) = self.ack_timers.get(ACK_AHEAD - 1)
+                && u.come(now)
+                && let Some(peer) = self.peers.get(u.slot())
+            {
+                tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::ACK_HOT);
+            }
             let p = t.slot();
             let s = &mut self.peers[p].stream;
             s.ack_queued = false;
