@@ -132,7 +132,7 @@ impl Inner {
         if d.op != Op::Cancel as u8 {
             d.user = generation as u64;
         }
-        self.ch.write_request(idx, &d).map_err(io_err)?;
+        self.ch.write_desc(idx, &d).map_err(io_err)?;
         // A ring has a slot per descriptor: it cannot be full while we hold a free descriptor.
         match self.ch.requests.push(idx) {
             Ok(true) => {
@@ -333,18 +333,14 @@ impl Inner {
     }
 
     fn complete(&mut self, idx: u32) -> std::result::Result<(), String> {
-        let d = self.ch.read_completion(idx).map_err(|e| e.to_string())?;
+        let d = self.ch.read_desc(idx).map_err(|e| e.to_string())?;
         let slot = self
             .slots
             .get_mut(idx as usize)
             .ok_or("completion index out of range")?;
-        if slot.done.is_some()
-            || match &slot.what {
-                None => true,
-                // A cancel's `user` is not a generation (see `submit`).
-                Some(Pending::Cancel) => false,
-                Some(_) => d.user != slot.generation as u64,
-            }
+        if slot.what.is_none()
+            || slot.done.is_some()
+            || (d.op != Op::Cancel as u8 && d.user != slot.generation as u64)
         {
             return Err(format!(
                 "the agent completed descriptor {idx}, which was not pending"
@@ -408,7 +404,7 @@ impl Inner {
                 })
             }
             (Pending::Probe, status::OK) => Ok(Done::Probed {
-                found: Some((st.clone(), d.handle.unwrap_or(0))),
+                found: Some((st.clone(), d.handle)),
             }),
             (Pending::Probe, status::NO_MATCH) => Ok(Done::Probed { found: None }),
             (Pending::Cancel, s) => Ok(Done::CancelResult {

@@ -100,26 +100,15 @@ pub struct Desc {
     pub lease_off: u64,
 }
 
-// The descriptor's first line (bytes 0..64) is the request, written by the client and read by
-// the engine; the second (64..128) the completion, written by the engine and read by the
-// client (and, for the operations that name a message or a request, the handle the client
-// writes there). Each side reads one line the other wrote: one cache line crosses between
-// their cores each way, not the whole descriptor.
-/// Bytes of the request proper (the first line).
-pub(super) const REQ_LEN: usize = 64;
+// Byte offsets in a descriptor of the fields the engine writes back (see [`Desc::emit`]).
+pub(super) const D_TRUNCATED: usize = 2;
 pub(super) const D_USER: usize = 8;
-/// The second line: the completion (and the handle), written by the engine as one piece.
-pub(super) const D_CMP: usize = 64;
-pub(super) const CMP_LEN: usize = 64;
 pub(super) const D_HANDLE: usize = 64;
 /// status, info_rank, info_bits, info_len and received, in this order, up to byte 104.
 pub(super) const D_RESULT: usize = 72;
 pub(super) const D_RESULT_LEN: usize = 32;
-/// lease (u32), truncated (u8) at +4, lease_off (u64) at +8.
+/// lease (u32) and, at +8, lease_off (u64).
 pub(super) const D_LEASE: usize = 104;
-pub(super) const D_TRUNCATED: usize = 108;
-/// The completion's copy of the request's `user` (the client checks it names its request).
-pub(super) const D_ECHO: usize = 120;
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
@@ -153,13 +142,6 @@ impl Desc {
         self.completion().emit_result(result);
         b[D_LEASE..D_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
         b[D_LEASE + 8..D_LEASE + 16].copy_from_slice(&self.lease_off.to_le_bytes());
-        b[D_ECHO..D_ECHO + 8].copy_from_slice(&self.user.to_le_bytes());
-    }
-
-    /// Whether operation `op` carries a handle in its request (the message an MRecv takes,
-    /// the request a Cancel names): only then does the request reach the second line.
-    pub fn op_carries_handle(op: u8) -> bool {
-        op == Op::MRecv as u8 || op == Op::Cancel as u8
     }
 
     /// The completion fields of this descriptor.
@@ -233,39 +215,6 @@ impl Completion {
         Completion {
             status,
             ..Completion::default()
-        }
-    }
-
-    /// The descriptor's second line as the engine writes it (`handle`: what to leave in
-    /// its handle field when this completion names none).
-    pub(super) fn emit_line(&self, handle: u64, b: &mut [u8; CMP_LEN]) {
-        let o = |at: usize| at - D_CMP;
-        b[o(D_HANDLE)..o(D_HANDLE) + 8]
-            .copy_from_slice(&self.handle.unwrap_or(handle).to_le_bytes());
-        let result: &mut [u8; D_RESULT_LEN] = (&mut b[o(D_RESULT)..o(D_RESULT) + D_RESULT_LEN])
-            .try_into()
-            .expect("32");
-        self.emit_result(result);
-        b[o(D_LEASE)..o(D_LEASE) + 4].copy_from_slice(&self.lease.to_le_bytes());
-        b[o(D_TRUNCATED)] = self.truncated as u8;
-        b[o(D_LEASE) + 8..o(D_LEASE) + 16].copy_from_slice(&self.lease_off.to_le_bytes());
-        b[o(D_ECHO)..o(D_ECHO) + 8].copy_from_slice(&self.user.to_le_bytes());
-    }
-
-    /// Parses a descriptor's second line (any bytes; validity is the reader's business).
-    pub fn parse_line(b: &[u8; CMP_LEN]) -> Completion {
-        let o = |at: usize| at - D_CMP;
-        Completion {
-            user: u64_at(b, o(D_ECHO)),
-            status: u32_at(b, o(D_RESULT)),
-            info_rank: u32_at(b, o(D_RESULT) + 4),
-            info_bits: u64_at(b, o(D_RESULT) + 8),
-            info_len: u64_at(b, o(D_RESULT) + 16),
-            received: u64_at(b, o(D_RESULT) + 24),
-            truncated: b[o(D_TRUNCATED)] != 0,
-            handle: Some(u64_at(b, o(D_HANDLE))),
-            lease: u32_at(b, o(D_LEASE)),
-            lease_off: u64_at(b, o(D_LEASE) + 8),
         }
     }
 

@@ -27,7 +27,7 @@ pub use desc::{
 pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
-use desc::{CMP_LEN, D_CMP, D_HANDLE, REQ_LEN};
+use desc::{D_HANDLE, D_LEASE, D_RESULT, D_RESULT_LEN, D_TRUNCATED, D_USER};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
@@ -39,9 +39,7 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 5: fragments of large messages lent to a polling client (the lent ring, the fragment
 /// table, the polled word), 128 lease slots.
 /// 6: ring slots of 8 bytes that carry their entry's sequence number (`tigon_shm::Ring`).
-/// 7: a descriptor's request in its first line, its completion (with truncation and a copy
-/// of `user`) in its second.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 6;
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -227,60 +225,32 @@ impl Channel {
         self.geo.data_buffer_off(idx)
     }
 
-    /// Client: writes request `d` into descriptor `idx`: its first line, and the handle for
-    /// the operations that carry one. The completion's line is left to the engine (it stays
-    /// in the engine's cache until the engine writes the completion there).
-    pub fn write_request(&self, idx: u32, d: &Desc) -> io::Result<()> {
-        let mut b = [0u8; DESC_LEN];
-        d.emit(&mut b);
-        let at = self.desc_offset(idx)?;
-        self.region.write(at, &b[..REQ_LEN])?;
-        if Desc::op_carries_handle(d.op) {
-            self.region
-                .write(at + D_HANDLE, &b[D_HANDLE..D_HANDLE + 8])?;
-        }
-        Ok(())
-    }
-
-    /// Engine: the request in descriptor `idx`, read once (its first line, and the handle
-    /// for the operations that carry one), or why it is not one (a client that submits such
-    /// a thing is broken or hostile).
+    /// Engine: the request in descriptor `idx`, read once, or why it is not one (a client
+    /// that submits such a thing is broken or hostile).
     pub fn read_request(&self, idx: u32) -> Result<Submitted, String> {
-        let at = self.desc_offset(idx).map_err(|e| e.to_string())?;
-        let mut b = [0u8; DESC_LEN];
-        self.region
-            .read(at, &mut b[..REQ_LEN])
-            .map_err(|e| e.to_string())?;
-        if Desc::op_carries_handle(b[0]) {
-            self.region
-                .read(at + D_HANDLE, &mut b[D_HANDLE..D_HANDLE + 8])
-                .map_err(|e| e.to_string())?;
-        }
-        let d = Desc::parse(&b);
+        let d = self.read_desc(idx).map_err(|e| e.to_string())?;
         Ok(Submitted {
             user: d.user,
             request: Request::parse(&d, &self.geo)?,
         })
     }
 
-    /// Engine: writes the result of the request in descriptor `idx` (its second line, in
-    /// one piece; a completion without a handle leaves the descriptor's).
+    /// Engine: writes the result of the request in descriptor `idx`.
     pub fn write_completion(&self, idx: u32, c: &Completion) -> io::Result<()> {
-        let at = self.desc_offset(idx)? + D_CMP;
-        let handle = match c.handle {
-            Some(h) => h,
-            None => self.region.atomic_u64(at)?.load(Ordering::Relaxed),
-        };
-        let mut b = [0u8; CMP_LEN];
-        c.emit_line(handle, &mut b);
-        self.region.write(at, &b)
-    }
-
-    /// Client: the completion the engine wrote into descriptor `idx` (its second line).
-    pub fn read_completion(&self, idx: u32) -> io::Result<Completion> {
-        let mut b = [0u8; CMP_LEN];
-        self.region.read(self.desc_offset(idx)? + D_CMP, &mut b)?;
-        Ok(Completion::parse_line(&b))
+        let at = self.desc_offset(idx)?;
+        let r = &self.region;
+        r.write(at + D_TRUNCATED, &[c.truncated as u8])?;
+        r.write(at + D_USER, &c.user.to_le_bytes())?;
+        if let Some(h) = c.handle {
+            r.write(at + D_HANDLE, &h.to_le_bytes())?;
+        }
+        let mut result = [0u8; D_RESULT_LEN];
+        c.emit_result(&mut result);
+        r.write(at + D_RESULT, &result)?;
+        let mut lease = [0u8; 16];
+        lease[..4].copy_from_slice(&c.lease.to_le_bytes());
+        lease[8..].copy_from_slice(&c.lease_off.to_le_bytes());
+        r.write(at + D_LEASE, &lease)
     }
 
     /// Engine: lends the client fragment `f` under lease `id` (its entry written, then the
@@ -570,96 +540,9 @@ mod tests {
             .write_completion(5, &Completion::status(status::NO_MATCH))
             .unwrap();
         let d = client.read_desc(5).unwrap();
-        assert_eq!((d.status, d.handle, d.user), (status::NO_MATCH, 0x1234, 3));
+        assert_eq!((d.status, d.handle, d.user), (status::NO_MATCH, 0x1234, 0));
         assert_eq!((d.lease, d.lease_off), (0, 0), "no lease left from before");
-        let c = client.read_completion(5).unwrap();
-        assert_eq!(
-            (c.status, c.handle, c.user, c.truncated),
-            (status::NO_MATCH, Some(0x1234), 0, false)
-        );
         assert!(agent.write_completion(16, &done).is_err());
-        assert!(client.read_completion(16).is_err());
-    }
-
-    /// Request and completion each take one line of the descriptor: a request touches only
-    /// the first (and the handle, for the operations that carry one), a completion only the
-    /// second, so each side reads one line the other wrote.
-    #[test]
-    fn request_and_completion_keep_to_their_lines() {
-        let (agent, client) = pair(GEO);
-        let at = GEO.desc_off() + 6 * DESC_LEN;
-        let fill = |b: u8| client.region.write(at, &[b; DESC_LEN]).unwrap();
-        let bytes = || {
-            let mut b = [0u8; DESC_LEN];
-            client.region.read(at, &mut b).unwrap();
-            b
-        };
-        fill(0xee);
-        let recv = Desc {
-            op: Op::Recv as u8,
-            data_idx: 1,
-            user: 9,
-            len: 100,
-            handle: 0x77,
-            ..Desc::default()
-        };
-        client.write_request(6, &recv).unwrap();
-        let b = bytes();
-        assert!(
-            b[REQ_LEN..].iter().all(|&x| x == 0xee),
-            "a receive wrote past its line"
-        );
-        let got = agent.read_request(6).unwrap();
-        assert_eq!(
-            (got.user, got.request),
-            (9, Request::parse(&recv, &GEO).unwrap())
-        );
-        // An MRecv names its message in the handle, on the second line.
-        fill(0xee);
-        let mrecv = Desc {
-            op: Op::MRecv as u8,
-            handle: 0x1234_5678,
-            ..recv
-        };
-        client.write_request(6, &mrecv).unwrap();
-        let b = bytes();
-        assert!(b[D_HANDLE + 8..].iter().all(|&x| x == 0xee));
-        assert!(matches!(
-            agent.read_request(6).unwrap().request,
-            Request::MRecv {
-                handle: 0x1234_5678,
-                ..
-            }
-        ));
-        // A completion writes the second line, all of it, and nothing else.
-        fill(0xee);
-        let done = Completion {
-            user: 9,
-            status: status::OK,
-            info_rank: 1,
-            info_bits: 2,
-            info_len: 3,
-            received: 3,
-            truncated: true,
-            handle: None,
-            lease: 0,
-            lease_off: 0,
-        };
-        agent.write_completion(6, &done).unwrap();
-        let b = bytes();
-        assert!(
-            b[..D_CMP].iter().all(|&x| x == 0xee),
-            "the request's line was written"
-        );
-        assert!(b[D_CMP + CMP_LEN..].iter().all(|&x| x == 0xee));
-        let c = client.read_completion(6).unwrap();
-        assert_eq!(
-            c,
-            Completion {
-                handle: Some(u64::from_le_bytes([0xee; 8])),
-                ..done
-            }
-        );
     }
 
     /// A fragment goes from the engine to the client through its table entry and the lent
