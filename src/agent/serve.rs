@@ -82,6 +82,11 @@ fn invalid(why: &str) -> String {
 }
 
 impl Served {
+    /// Whether any client is attached.
+    pub fn has_clients(&self) -> bool {
+        self.clients.iter().any(Option::is_some)
+    }
+
     /// Adds a client: opens its endpoint and registers its memory (`maps_rx`: it was given
     /// the receive memory to map, so frames may be lent to it). Returns (handle, address):
     /// the handle names this client only, even after its slot is reused (see [`handle`]).
