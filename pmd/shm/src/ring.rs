@@ -207,12 +207,18 @@ mod tests {
         assert!(Ring::new(r, 4000, 64).is_err());
     }
 
+    /// A ring of 8 slots at the start of a fresh region.
+    fn ring8() -> (Arc<Region>, Ring) {
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        (r, p)
+    }
+
     /// The consumer believes slots, not counts: a count moved without its slot is no entry;
     /// a slot rewritten with another position's sequence number is none either.
     #[test]
     fn only_a_slot_holding_the_expected_entry_is_taken() {
-        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
-        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        let (r, p) = ring8();
         let c = p.clone();
         assert!(p.push(7).unwrap());
         assert_eq!(c.pop().unwrap(), Some(7));
@@ -220,8 +226,7 @@ mod tests {
         r.atomic_u32(0).unwrap().store(2, Ordering::Release);
         assert_eq!(c.pop(), Ok(None));
         // A slot rewritten with another position's sequence number.
-        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
-        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        let (r, p) = ring8();
         assert!(p.push(1).unwrap());
         let slot = r.atomic_u64(2 * LINE).unwrap();
         slot.store(slot.load(Ordering::Relaxed) + (5 << 32), Ordering::Release);
@@ -235,8 +240,7 @@ mod tests {
     /// count again (the line stays on the consumer's core); once it would be full, it does.
     #[test]
     fn the_producer_reads_the_consumers_count_only_when_short_of_room() {
-        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
-        let p = Ring::new(r.clone(), 0, 8).unwrap();
+        let (r, p) = ring8();
         let c = p.clone();
         assert!(p.push(0).unwrap());
         assert_eq!(c.pop().unwrap(), Some(0));
