@@ -261,6 +261,22 @@ const char *tigon_proc_host(const struct ompi_proc_t *proc)
 
 int tigon_pack(struct opal_convertor_t *conv, void **buf, size_t *len, bool *free_after)
 {
+    /* Open MPI 4.1.4's ompi_mtl_datatype_pack hands back pBaseBuf for a contiguous datatype.
+     * That is the data only where pml/cm built the convertor itself with pBaseBuf = buf +
+     * true_lb (its thin and blocking sends). A convertor opal prepared for a send (pml/cm's
+     * heavy requests: persistent and buffered sends) keeps pBaseBuf = buf, and the data
+     * starts true_lb further on: with MPI_BOTTOM and a type at absolute addresses (what
+     * MPI_Alltoallw's persistent requests carry) the MTL was given NULL and sent nothing
+     * (mpi4py's testAlltoallwBottom). Such a convertor is marked CONVERTOR_SEND; its data is
+     * where opal_convertor_get_current_pointer says (as later Open MPI computes it here). */
+    if ((conv->flags & CONVERTOR_SEND) && NULL != conv->pDesc &&
+        !(conv->flags & CONVERTOR_COMPLETED) &&
+        opal_datatype_is_contiguous_memory_layout(conv->pDesc, conv->count)) {
+        *free_after = false;
+        *len = conv->local_size - conv->bConverted;
+        *buf = conv->pBaseBuf + conv->bConverted + conv->pDesc->true_lb;
+        return OMPI_SUCCESS;
+    }
     return ompi_mtl_datatype_pack(conv, buf, len, free_after);
 }
 

@@ -116,6 +116,15 @@ fn datatypes() {
     run("datatypes", 2, &[]);
 }
 
+/// Data that does not start at the buffer argument (MPI_BOTTOM with absolute addresses, a
+/// lower bound not 0) through every send and receive flavour, and MPI_Alltoallw over
+/// MPI_BOTTOM: Open MPI 4.1.4 gives an MTL the buffer argument of a persistent contiguous
+/// send, not its data (mpi4py's testAlltoallwBottom received nothing).
+#[test]
+fn lower_bound_and_bottom_3_ranks() {
+    run("lower_bound", 3, &[]);
+}
+
 #[test]
 fn communicators_4_ranks() {
     run("comms", 4, &[]);
