@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 # Runs scripts/setup.sh and imports its environment (PATH, TIGON_NO_HUGE) into the recipe.
 SETUP = env_out=$$(scripts/setup.sh) && eval "$$env_out"
 
-.PHONY: bench-instr fuzz help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns
+.PHONY: bench-instr fuzz help test demo bench setup build release nextest clippy fmt fmt-check doc-test clean-netns mpi4py-suite
 
 help:
 	@echo "make test   - set up, then run every test (nextest), clippy -D warnings, fmt --check"
@@ -18,6 +18,8 @@ help:
 	@echo "              serving many peers: scripts/bench-instr.sh --peers 65536 (after make bench-instr)"
 	@echo "make soak   - set up, build release, run 'tigon soak' (10 min: stress jobs on a 5% lossy wire,"
 	@echo "              a rank killed every 30 s; SOAK_SECONDS=120 for a shorter run); not in make test"
+	@echo "make mpi4py-suite - mpi4py's own test suite over tigon run, on the memif fabric and across the"
+	@echo "              routed one with 5% loss (fetches mpi4py's source from PyPI once); not in make test"
 	@echo "make fuzz   - run each fuzz target (engine/fuzz) FUZZ_SECONDS (default 180) on nightly; not in make test"
 	@echo "make setup  - only the machine set-up (idempotent)"
 	@echo "make build | release | nextest | clippy | fmt | fmt-check | doc-test | clean-netns"
@@ -66,6 +68,15 @@ soak:
 	@$(SETUP) && \
 	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
 	"$(CARGO_TARGET_DIR)/release/tigon" soak --seconds $(SOAK_SECONDS)
+
+# mpi4py's test suite (1,358 tests) over tigon run: 4 ranks on memif, then 3 across the routed
+# fabric (UDP through a router namespace) with 5% loss. A few minutes; needs PyPI the first
+# time. Not in make test.
+mpi4py-suite:
+	@$(SETUP) && \
+	$(CARGO) build -j$(JOBS) --release -q -p tigon -p tigon-ompi-mtl && \
+	scripts/mpi4py-suite.sh 4 && \
+	scripts/mpi4py-suite.sh 3 --fabric routed --loss 5
 
 # The engine's fuzz targets, one after the other (scripts/fuzz.sh: cargo-fuzz if installed,
 # else an offline build with its flags); fails on any crash. Not in make test.
