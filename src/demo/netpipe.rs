@@ -513,7 +513,7 @@ mod tests {
         };
         assert!(
             round_line("x", &partial, &one)
-                .ends_with("latency 1/8/64 B -, bandwidth >= 1 MiB - (host when the round began: one CPU, 1.00 ns per dependent multiply-add)")
+                .ends_with("latency 1/8/64 B -, bandwidth >= 1 MiB - (host when the round began: no cross-core figure (one CPU, or CPU 1 busy), 1.00 ns per dependent multiply-add)")
         );
     }
 }
