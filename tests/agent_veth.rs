@@ -2,6 +2,9 @@
 //! Ethernet frames through the kernel), two clients on each: every message of 0 B … 16 MiB
 //! arrives byte-identical; and the same through a bridge that drops 20% of the frames at
 //! random in each direction (nftables; see `LossyWire` for where the drop must happen).
+//! And the same veth pair through AF_XDP ports (`net_af_xdp`: an XDP program hands frames
+//! to the agent's socket before the kernel's stack sees them), the port a cloud VM's NIC
+//! gets without unbinding it from its kernel driver.
 
 mod common;
 use common::*;
@@ -17,6 +20,23 @@ fn veth_two_namespaces_two_clients_each() {
         assert_eq!(num(&s, "/messages/failed"), 0, "{s}");
         assert_eq!(num(&s, "/serve/inflight"), 0, "{s}");
         println!("agent {}: {s}", x.name);
+    }
+}
+
+#[test]
+fn af_xdp_two_namespaces_two_clients_each() {
+    let dir = TestDir::new("vxdp");
+    let (_veth, a, b) = veth_pair_on(&dir, "net_af_xdp0", &[]);
+    exchange(&dir, "unexp", &[(&a, &b), (&a, &b)], &[]);
+    exchange(&dir, "pre", &[(&a, &b), (&b, &a)], &["--prepost"]);
+    for x in [&a, &b] {
+        let s = x.stats();
+        println!("agent {}: {s}", x.name);
+        assert_eq!(num(&s, "/messages/failed"), 0, "{s}");
+        assert_eq!(num(&s, "/serve/inflight"), 0, "{s}");
+        // The frames went through the AF_XDP port, both ways.
+        assert!(num(&s, "/port/ipackets") > 1000, "{s}");
+        assert!(num(&s, "/port/opackets") > 1000, "{s}");
     }
 }
 

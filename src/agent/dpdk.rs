@@ -91,7 +91,19 @@ fn open_node(
             format!("tigon_{what}{i}")
         }
     };
-    let shared = shared_rx_pool(eal, &name("rx"), room, zero_copy);
+    // AF_XDP hands the receive pool's own memory to the kernel as its UMEM, so its mbufs
+    // must carry their data inside the pool: no external data buffers, hence no frames
+    // lent to ranks (they get payloads through their channel).
+    let shared = if lends_rx_frames(&s.devargs) {
+        shared_rx_pool(eal, &name("rx"), room, zero_copy)
+    } else {
+        log::info!(
+            "port {}: AF_XDP receives into a pool of its own (its UMEM): ranks get every \
+             payload through their channel",
+            device_name(&s.devargs)
+        );
+        None
+    };
     let rx_pool = match shared {
         Some(p) => p,
         None => Mempool::new(eal, &name("rx"), RX_POOL, room).map_err(|e| e.to_string())?,
@@ -251,6 +263,13 @@ fn start_eal(nodes: &[NodePlan]) -> Result<Eal, String> {
 /// Whether `devargs` name a PCI device (a NIC or a DMA engine), not a vdev.
 fn pci_device(d: &str) -> bool {
     d.contains(':') && !d.starts_with("net_") && !d.starts_with("dma_")
+}
+
+/// Whether the port's receive pool may keep its frames' data outside the pool (memory the
+/// agent shares with ranks): not for AF_XDP, whose driver registers the pool's own memory
+/// with the kernel as the socket's UMEM (`xdp_umem_configure(): Failed to create umem`).
+fn lends_rx_frames(devargs: &str) -> bool {
+    !device_name(devargs).starts_with("net_af_xdp")
 }
 
 /// Whether `devargs` ask for memif's zero-copy mode (a client's option).

@@ -485,8 +485,13 @@ pub fn memif_pair_roles(
 /// A veth pair between two namespaces with an af_packet agent in each: `a` in `ns_a`
 /// (lcore 0), `b` in `ns_b` (lcore 1). Drop the agents before the pair.
 pub fn veth_pair(dir: &TestDir, extra: &[&str]) -> (VethPair, Agent, Agent) {
+    veth_pair_on(dir, "net_af_packet0", extra)
+}
+
+/// [`veth_pair`] with the ports of driver `dev` (`net_af_packet0`, `net_af_xdp0`).
+pub fn veth_pair_on(dir: &TestDir, dev: &str, extra: &[&str]) -> (VethPair, Agent, Agent) {
     let veth = VethPair::new(&unique_tag(), 1500).expect("netns + veth (needs root and iproute2)");
-    let port = |ifc: &str| format!("net_af_packet0,iface={ifc}");
+    let port = |ifc: &str| format!("{dev},iface={ifc}");
     let a = Agent::start(dir, "a", &port(&veth.a), 0, Some(veth.ns_a.name()), extra);
     let b = Agent::start(dir, "b", &port(&veth.b), 1, Some(veth.ns_b.name()), extra);
     (veth, a, b)
