@@ -337,6 +337,63 @@ fn no_hugepages_is_named_with_its_fix() {
     assert!(r.fix("hugepages").contains("unset TIGON_NO_HUGE"), "{r}");
 }
 
+/// An AF_XDP port's socket serves the interface's queue 0 only: on an interface with more
+/// receive queues the doctor warns and says how to make it one; with one it is fine.
+#[test]
+fn af_xdp_port_on_an_interface_of_several_queues_is_a_warning() {
+    let tag = tigon_pmd::testbed::unique_tag();
+    let ns = tigon_pmd::testbed::Netns::new(&format!("tgX{tag}")).expect("netns (needs root)");
+    let ip = |args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["-n", ns.name()])
+            .args(args)
+            .output()
+            .expect("ip");
+        assert!(o.status.success(), "ip {args:?}: {o:?}");
+    };
+    ip(&[
+        "link",
+        "add",
+        "xq4",
+        "numrxqueues",
+        "4",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "xq4p",
+    ]);
+    ip(&["link", "add", "xq1", "type", "veth", "peer", "name", "xq1p"]);
+    let port = |iface: &str| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", ns.name(), TIGON, "doctor", "--port"])
+            .arg(format!("net_af_xdp0,iface={iface}"))
+            .output()
+            .expect("tigon doctor");
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        let f = parse(&stdout)
+            .into_iter()
+            .find(|f| f.name == "port")
+            .unwrap_or_else(|| panic!("no port line:\n{stdout}"));
+        (f, stdout)
+    };
+    let (f, out) = port("xq4");
+    assert!(
+        f.status == "WARN"
+            && f.summary.contains("xq4 has 4 receive queues")
+            && f.summary.contains("queue 0 only")
+            && f.fix
+                .iter()
+                .any(|c| c.starts_with("ethtool -L xq4 combined 1")),
+        "{out}"
+    );
+    let (f, out) = port("xq1");
+    assert!(
+        f.status == "ok" && f.summary.contains("no binding needed"),
+        "{out}"
+    );
+}
+
 #[test]
 fn no_agent_is_named_with_its_fix() {
     let node = Node::new("doctor-agent"); // no agent started

@@ -149,6 +149,19 @@ pub(super) fn port(port: Option<&str>, agent_up: bool) -> Check {
                 ],
             );
         }
+        let queues = rx_queues(iface);
+        if name.starts_with("net_af_xdp") && queues > 1 {
+            return Check::warn(
+                "port",
+                format!(
+                    "vdev {p}: {iface} has {queues} receive queues, and the AF_XDP socket \
+                     serves queue 0 only (frames hashed to the others never reach the agent)"
+                ),
+                &cmds![format!(
+                    "ethtool -L {iface} combined 1   # or steer tigon's frames to queue 0 with ethtool -N"
+                ),],
+            );
+        }
         return Check::ok(
             "port",
             format!("vdev {p} (kernel interface {iface}, no binding needed)"),
@@ -165,6 +178,19 @@ pub(super) fn port(port: Option<&str>, agent_up: bool) -> Check {
             "# vdev examples: net_af_packet0,iface=eth1  net_memif0,role=server,socket=/run/memif.sock",
         ],
     )
+}
+
+/// The receive queues of kernel interface `iface` (`/sys/class/net/IF/queues/rx-N`); 1 when
+/// unknown.
+fn rx_queues(iface: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
 }
 
 pub(super) fn iommu(port: Option<&str>) -> Check {
