@@ -40,6 +40,45 @@ fn af_xdp_two_namespaces_two_clients_each() {
     }
 }
 
+/// A second agent on an interface whose queue an AF_XDP socket already holds fails at once
+/// with a message that says so, before DPDK touches the interface; the first agent serves on
+/// (DPDK's driver, failing to attach, used to detach the first agent's XDP program); and
+/// once the first is killed, a new agent takes the interface over.
+#[test]
+fn af_xdp_interface_taken_by_another_agent_is_a_clear_error() {
+    let dir = TestDir::new("vxdp2");
+    let (veth, a, b) = veth_pair_on(&dir, "net_af_xdp0", &[]);
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", veth.ns_a.name(), TIGON, "agent", "--port"])
+        .arg(format!("net_af_xdp0,iface={}", veth.a))
+        .arg("--socket")
+        .arg(dir.join("second.sock"))
+        .args(["--lcore", "1", "--idle", "yield"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("tigon agent");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the second agent started: {err}");
+    assert!(err.contains("is taken by another tigon agent"), "{err}");
+    assert!(!dir.join("second.sock").exists(), "{err}");
+    exchange(&dir, "after", &[(&a, &b)], &[]);
+    assert_eq!(num(&a.stats(), "/messages/failed"), 0);
+    // A killed agent leaves its XDP program on the interface and its claim nowhere: an agent
+    // started there again takes the interface over and serves.
+    let mut a = a;
+    a.kill();
+    let a = Agent::start(
+        &dir,
+        "a2",
+        &format!("net_af_xdp0,iface={}", veth.a),
+        0,
+        Some(veth.ns_a.name()),
+        &[],
+    );
+    exchange(&dir, "again", &[(&a, &b), (&b, &a)], &[]);
+    assert_eq!(num(&a.stats(), "/messages/failed"), 0);
+}
+
 #[test]
 fn veth_20_percent_loss_two_clients_each() {
     let dir = TestDir::new("vloss");

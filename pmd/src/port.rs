@@ -337,12 +337,20 @@ impl Port {
                 )
             };
             if ret != 0 {
+                // What usually went wrong differs by driver: AF_XDP makes its socket here.
+                let hint = if self.name.starts_with("net_af_xdp") {
+                    "AF_XDP could not open its socket on the interface's queue: another \
+                     AF_XDP socket or XDP program holds it (another agent? `ip link show` \
+                     names a loaded program), the driver has no XDP, or the pool's mbufs \
+                     are not in the pool's own memory"
+                } else {
+                    "a driver that needs larger receive buffers, e.g. af_packet with a large \
+                     framesz, needs a pool with a larger data room such as JUMBO_DATA_ROOM"
+                };
                 return Err(Error::dpdk(
                     format!(
-                        "port {}: rx queue {q} setup ({rx_desc} descriptors, mbufs of {} B; a \
-                         driver that needs larger receive buffers, e.g. af_packet with a \
-                         large framesz, needs a pool with a larger data room such as \
-                         JUMBO_DATA_ROOM)",
+                        "port {}: rx queue {q} setup ({rx_desc} descriptors, mbufs of {} B; \
+                         {hint})",
                         self.name,
                         pool.data_room().saturating_sub(crate::mempool::HEADROOM)
                     ),

@@ -35,6 +35,8 @@ pub struct NodePlane {
     pub register_channels: bool,
     /// Channel slots in DPDK's memory (a memif zero-copy port: see `slots`).
     pub slots: Option<Slots>,
+    /// An AF_XDP port's claim on its interface, held while the node lives (see `claim_xdp`).
+    pub xdp_claim: Option<std::os::unix::net::UnixListener>,
 }
 
 /// Initialises the EAL and opens each node's port and dmadev.
@@ -127,8 +129,10 @@ fn open_node(
             }
             None => None,
         };
-        open_port(eal, &rx_pool, s)?
+        let claim = claim_xdp(&s.devargs)?;
+        (open_port(eal, &rx_pool, s)?, claim)
     };
+    let (port, xdp_claim) = port;
     let (ip_offload, udp_offload) = port.checksum_offloads();
     if s.rx_queues > 1 {
         match port.rss() {
@@ -178,6 +182,7 @@ fn open_node(
     // The engine's name for this node: the MAC, or with --wire udp its IP address and port.
     let mac = link.node_addr();
     Ok(NodePlane {
+        xdp_claim,
         link,
         mac,
         dma,
@@ -270,6 +275,81 @@ fn pci_device(d: &str) -> bool {
 /// with the kernel as the socket's UMEM (`xdp_umem_configure(): Failed to create umem`).
 fn lends_rx_frames(devargs: &str) -> bool {
     !device_name(devargs).starts_with("net_af_xdp")
+}
+
+/// An AF_XDP port's claim on its interface, before DPDK touches it: an abstract Unix socket
+/// named after the interface in its namespace (gone with the process, however it ends;
+/// nothing on disk). A second agent on the interface fails here, with a clear error: DPDK's
+/// driver, failing to bind its socket beside the first agent's, detached the XDP program in
+/// place as it cleaned up, silently cutting the first agent off its frames. An XDP program
+/// someone else attached (not libxdp's `xsk_def_prog`, which a killed agent leaves behind and
+/// the driver takes over) is refused too, as the driver would replace or remove it. Asked
+/// of `ip -d link`; without `ip`, that second check is left to the driver.
+fn claim_xdp(devargs: &str) -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    if !device_name(devargs).starts_with("net_af_xdp") {
+        return Ok(None);
+    }
+    let Some(iface) = devargs
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix("iface="))
+    else {
+        return Ok(None); // the driver names what is missing
+    };
+    let name = format!("tigon/af_xdp/{iface}");
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
+    let claim = match UnixListener::bind_addr(&addr) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(format!(
+                "interface {iface} is taken by another tigon agent's AF_XDP port (one agent \
+                 per interface; its claim is the abstract socket @{name})"
+            ));
+        }
+        Err(e) => return Err(format!("claiming interface {iface} (@{name}): {e}")),
+    };
+    let out = std::process::Command::new("ip")
+        .args(["-d", "-o", "link", "show", "dev", iface])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    if let Ok(o) = out
+        && o.status.success()
+        && let Some(prog) = xdp_program(&String::from_utf8_lossy(&o.stdout))
+        && !prog.contains(" name xsk_def_prog")
+    {
+        return Err(format!(
+            "interface {iface} has an XDP program of someone else's ({prog}), which the \
+             AF_XDP driver would replace; `ip -d link show dev {iface}` shows it"
+        ));
+    }
+    Ok(Some(claim))
+}
+
+/// The XDP program `ip -d -o link show` reports attached (`prog/xdp id 532 name
+/// xsk_def_prog ...`, or only the flag `xdp`, `xdpgeneric`, ... when `ip` is old).
+fn xdp_program(ip_link: &str) -> Option<String> {
+    let words: Vec<&str> = ip_link.split_whitespace().collect();
+    if let Some(i) = words.iter().position(|w| w.starts_with("prog/xdp")) {
+        return Some(
+            words[i..]
+                .iter()
+                .take(5)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+    words
+        .iter()
+        .find(|w| {
+            matches!(
+                **w,
+                "xdp" | "xdpgeneric" | "xdpdrv" | "xdpoffload" | "xdpmulti"
+            )
+        })
+        .map(|w| format!("mode {w}"))
 }
 
 /// Whether `devargs` ask for memif's zero-copy mode (a client's option).
@@ -380,5 +460,26 @@ pub fn register(eal: &Eal, ch: &Channel, registered: bool) -> Option<std::sync::
             log::warn!("channel not mapped for DPDK ({e}); CPU copies only for this client");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xdp_program;
+
+    #[test]
+    fn an_attached_xdp_program_is_found_in_ip_link_output() {
+        let with = "2: vA@if551: <BROADCAST,MULTICAST,PROMISC,UP> mtu 1500 xdp qdisc noqueue \
+                    state DOWN mode DEFAULT \\    veth numtxqueues 2 numrxqueues 2 \\    \
+                    prog/xdp id 532 name xsk_def_prog tag dc1bcff258c01244 jited";
+        assert_eq!(
+            xdp_program(with).as_deref(),
+            Some("prog/xdp id 532 name xsk_def_prog")
+        );
+        let old_ip = "3: eth1: <BROADCAST,UP> mtu 1500 xdpgeneric qdisc mq state UP";
+        assert_eq!(xdp_program(old_ip).as_deref(), Some("mode xdpgeneric"));
+        let without = "2: vA@if551: <BROADCAST,MULTICAST,UP> mtu 1500 qdisc noqueue state \
+                       DOWN \\    veth addrgenmode eui64 numtxqueues 2 numrxqueues 2";
+        assert_eq!(xdp_program(without), None);
     }
 }

@@ -41,6 +41,9 @@ pub struct ToControl<'a> {
 pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), String> {
     let dp = dpdk::bring_up(nodes)?;
     let shared = &nodes[0].settings;
+    // AF_XDP ports' claims on their interfaces: declared before the nodes, so released only
+    // after their ports have closed.
+    let mut xdp_claims = Vec::new();
     let mut served_nodes = Vec::with_capacity(nodes.len());
     for ((plan, plane), control) in nodes.iter().zip(dp.nodes).zip(controls) {
         let s = &plan.settings;
@@ -53,6 +56,7 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
                 s.mtu
             );
         }
+        xdp_claims.extend(plane.xdp_claim);
         let mut copy = AgentCopy::new(plane.dma, s.dma_threshold);
         if let Some(mem) = &plane.rx_mem {
             copy.clients.budget = LeaseBudget::for_pool(dpdk::RX_POOL);
