@@ -8,6 +8,7 @@
 
 mod common;
 use common::*;
+use tigon_pmd::testbed::{VethPair, unique_tag};
 
 #[test]
 fn veth_two_namespaces_two_clients_each() {
@@ -37,6 +38,36 @@ fn af_xdp_two_namespaces_two_clients_each() {
         // The frames went through the AF_XDP port, both ways.
         assert!(num(&s, "/port/ipackets") > 1000, "{s}");
         assert!(num(&s, "/port/opackets") > 1000, "{s}");
+    }
+}
+
+/// The same over UDP/IPv4 (`--wire udp`): the agents resolve each other with ARP through
+/// their AF_XDP sockets, then carry the exchanges in UDP datagrams.
+#[test]
+fn af_xdp_udp_wire() {
+    let dir = TestDir::new("vxdpu");
+    let veth = VethPair::new(&unique_tag(), 1500).expect("netns + veth (needs root)");
+    let agent = |name: &str, ifc: &str, lcore: u32, ns: &str, ip: &str| {
+        let port = format!("net_af_xdp0,iface={ifc}");
+        Agent::start(
+            &dir,
+            name,
+            &port,
+            lcore,
+            Some(ns),
+            &["--wire", "udp", "--ip", ip],
+        )
+    };
+    let a = agent("a", &veth.a, 0, veth.ns_a.name(), "10.77.0.1/24");
+    let b = agent("b", &veth.b, 1, veth.ns_b.name(), "10.77.0.2/24");
+    exchange(&dir, "udp", &[(&a, &b), (&b, &a)], &[]);
+    for x in [&a, &b] {
+        let s = x.stats();
+        println!("agent {}: {s}", x.name);
+        assert_eq!(num(&s, "/messages/failed"), 0, "{s}");
+        assert!(num(&s, "/port/ipackets") > 1000, "{s}");
+        // The peer's MAC came from an ARP reply through the AF_XDP socket.
+        assert!(num(&s, "/udp/arp_learned") >= 1, "{s}");
     }
 }
 
