@@ -67,7 +67,7 @@ fn af_xdp_udp_wire() {
         assert_eq!(num(&s, "/messages/failed"), 0, "{s}");
         assert!(num(&s, "/port/ipackets") > 1000, "{s}");
         // The peer's MAC came from an ARP reply through the AF_XDP socket.
-        assert!(num(&s, "/udp/arp_learned") >= 1, "{s}");
+        assert!(num(&s, "/link/udp/arp_learned") >= 1, "{s}");
     }
 }
 
