@@ -120,7 +120,7 @@ fn open_node(
     } else {
         None
     };
-    let port = {
+    let (port, xdp_claim) = {
         // A socket stays in the namespace it was made in: af_packet's, made at probe time,
         // serves the node's namespace after this thread has returned to its own.
         let _ns = match &s.netns {
@@ -132,7 +132,6 @@ fn open_node(
         let claim = claim_xdp(&s.devargs)?;
         (open_port(eal, &rx_pool, s)?, claim)
     };
-    let (port, xdp_claim) = port;
     let (ip_offload, udp_offload) = port.checksum_offloads();
     if s.rx_queues > 1 {
         match port.rss() {
@@ -274,7 +273,18 @@ fn pci_device(d: &str) -> bool {
 /// agent shares with ranks): not for AF_XDP, whose driver registers the pool's own memory
 /// with the kernel as the socket's UMEM (`xdp_umem_configure(): Failed to create umem`).
 fn lends_rx_frames(devargs: &str) -> bool {
-    !device_name(devargs).starts_with("net_af_xdp")
+    !af_xdp(devargs)
+}
+
+fn af_xdp(devargs: &str) -> bool {
+    device_name(devargs).starts_with("net_af_xdp")
+}
+
+/// The kernel interface a vdev's devargs name (`iface=`: af_packet, AF_XDP).
+fn iface(devargs: &str) -> Option<&str> {
+    devargs
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix("iface="))
 }
 
 /// An AF_XDP port's claim on its interface, before DPDK touches it: an abstract Unix socket
@@ -288,13 +298,10 @@ fn lends_rx_frames(devargs: &str) -> bool {
 fn claim_xdp(devargs: &str) -> Result<Option<std::os::unix::net::UnixListener>, String> {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixListener};
-    if !device_name(devargs).starts_with("net_af_xdp") {
+    if !af_xdp(devargs) {
         return Ok(None);
     }
-    let Some(iface) = devargs
-        .split(',')
-        .find_map(|kv| kv.trim().strip_prefix("iface="))
-    else {
+    let Some(iface) = iface(devargs) else {
         return Ok(None); // the driver names what is missing
     };
     let name = format!("tigon/af_xdp/{iface}");
@@ -416,10 +423,7 @@ fn port_devargs(devargs: &str, mtu: u16) -> Result<String, String> {
     if mtu <= 1500 || !device_name(devargs).starts_with("net_af_packet") {
         return Ok(devargs.to_string());
     }
-    let iface = devargs
-        .split(',')
-        .find_map(|kv| kv.trim().strip_prefix("iface="));
-    if let Some(iface) = iface
+    if let Some(iface) = iface(devargs)
         && let Ok(text) = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
         && let Ok(have) = text.trim().parse::<u32>()
         && have < mtu as u32
