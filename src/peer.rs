@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tigon_client::{Client, Done, RecvInto};
 use tigon_engine::matching::match_bits;
-use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
+use tigon_engine::{Dest, MatchSpec, SendMode};
 
 #[derive(Args)]
 pub struct PeerArgs {
@@ -97,7 +97,9 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn publish_and_find(a: &PeerArgs, me: EndpointAddr) -> Result<Option<EndpointAddr>, String> {
+/// Publishes this endpoint's address with its node's incarnation (as the MTL does through
+/// the modex), and reads the peer's.
+fn publish_and_find(a: &PeerArgs, me: Dest) -> Result<Option<Dest>, String> {
     std::fs::create_dir_all(&a.dir).map_err(|e| e.to_string())?;
     let tmp = a.dir.join(format!(".{}.tmp", a.name));
     std::fs::write(&tmp, me.to_string()).map_err(|e| e.to_string())?;
@@ -137,7 +139,7 @@ fn fence(a: &PeerArgs, label: &str) -> Result<(), String> {
 
 pub fn run(a: PeerArgs) -> Result<(), String> {
     let c = Client::attach(&a.socket).map_err(|e| e.to_string())?;
-    let peer = publish_and_find(&a, c.addr())?;
+    let peer = publish_and_find(&a, c.dest())?;
     let err = |e: tigon_client::Error| e.to_string();
     match &a.mode {
         Mode::Exchange {

@@ -275,7 +275,7 @@ fn a_rank_killed_holding_lent_frames_gives_them_back() {
     let mut p = Peer::spawn(&dir, &b, "rx", None, 0, &["hold-lent"]);
     p.wait_line(std::time::Duration::from_secs(30), |l| l == "holding");
     let addr = std::fs::read_to_string(dir.addr().join("rx")).expect("peer address");
-    let to = addr.trim().parse().expect("an endpoint address");
+    let to: tigon_engine::Dest = addr.trim().parse().expect("an endpoint address");
     let tx = Client::attach(&a.socket).expect("attach to a");
     let s = tx
         .isend_vec(

@@ -8,7 +8,6 @@
 
 mod common;
 use common::*;
-use std::time::Duration;
 use tigon_pmd::testbed::{VethPair, unique_tag};
 
 #[test]
@@ -79,9 +78,7 @@ fn af_xdp_udp_wire() {
 #[test]
 fn af_xdp_interface_taken_by_another_agent_is_a_clear_error() {
     let dir = TestDir::new("vxdp2");
-    // Sessions retire soon after the peer went quiet (see below).
-    let quick = ["--peer-timeout-ms", "1000", "--session-idle-ms", "1500"];
-    let (veth, a, b) = veth_pair_on(&dir, "net_af_xdp0", &quick);
+    let (veth, a, b) = veth_pair_on(&dir, "net_af_xdp0", &[]);
     let o = std::process::Command::new("ip")
         .args(["netns", "exec", veth.ns_a.name(), TIGON, "agent", "--port"])
         .arg(format!("net_af_xdp0,iface={}", veth.a))
@@ -98,27 +95,27 @@ fn af_xdp_interface_taken_by_another_agent_is_a_clear_error() {
     exchange(&dir, "after", &[(&a, &b)], &[]);
     assert_eq!(num(&a.stats(), "/messages/failed"), 0);
     // A killed agent leaves its XDP program on the interface and its claim nowhere: an agent
-    // started there again takes the interface over and serves.
-    // B first retires its session with the dead agent: a node restarted under the same
-    // address is only known as such once it speaks, and messages B would send meanwhile on
-    // the old session fail (PeerRestarted) at B while the new node's ranks wait for them.
+    // started there again takes the interface over and serves, at once: B still holds its
+    // session with the killed agent, and its ranks' sends name the new start's incarnation
+    // (their addresses), so B sets up a new session instead of sending on the dead one.
     let mut a = a;
     a.kill();
-    assert!(
-        eventually(Duration::from_secs(20), || num(&b.stats(), "/peers") == 0),
-        "B kept its session with the killed agent: {}",
-        b.stats()
-    );
     let a = Agent::start(
         &dir,
         "a2",
         &format!("net_af_xdp0,iface={}", veth.a),
         0,
         Some(veth.ns_a.name()),
-        &quick,
+        &[],
     );
     exchange(&dir, "again", &[(&a, &b), (&b, &a)], &[]);
     assert_eq!(num(&a.stats(), "/messages/failed"), 0);
+    assert_eq!(num(&b.stats(), "/messages/failed"), 0);
+    assert!(
+        num(&b.stats(), "/peer_events/restarts") >= 1,
+        "{}",
+        b.stats()
+    );
 }
 
 #[test]

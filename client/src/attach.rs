@@ -11,7 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tigon_engine::EndpointAddr;
+use tigon_engine::Dest;
 use tigon_engine::channel::Channel;
 use tigon_shm::wake::EventFd;
 use tigon_shm::{ReadOnlyRegion, Region};
@@ -116,7 +116,7 @@ impl Client {
             }
             _ => None,
         };
-        let addr: EndpointAddr = address.parse().map_err(err)?;
+        let addr: Dest = address.parse().map_err(err)?;
         // Let the agent read and write our buffers for large messages.
         tigon_shm::remote::allow_ptracer(agent_pid)
             .map_err(|e| err(format!("PR_SET_PTRACER: {e}")))?;

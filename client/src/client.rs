@@ -8,12 +8,12 @@ use crate::wait::Backoff;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tigon_engine::channel::{self, Channel, Desc, NO_DATA, Op, status};
-use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
+use tigon_engine::{Dest, EndpointAddr, MatchSpec, SendMode};
 
 /// A rank's attachment to its node agent.
 pub struct Client {
     inner: Mutex<Inner>,
-    addr: EndpointAddr,
+    addr: Dest,
     addr_text: String,
     eager_limit: u64,
     data_size: u64,
@@ -33,7 +33,7 @@ impl Client {
     /// A client over `inner`'s channel (see [`Client::attach`]).
     pub(crate) fn new(
         inner: Inner,
-        addr: EndpointAddr,
+        addr: Dest,
         addr_text: String,
         eager_limit: u64,
         agent_pid: i32,
@@ -53,10 +53,15 @@ impl Client {
 
     /// This endpoint's address.
     pub fn addr(&self) -> EndpointAddr {
+        self.addr.addr
+    }
+    /// This endpoint's address with its node's incarnation: what a peer sends to (a send to
+    /// a bare [`EndpointAddr`] goes to whatever incarnation of the node answers).
+    pub fn dest(&self) -> Dest {
         self.addr
     }
-    /// This endpoint's address as the agent wrote it, for the modex: `MAC/ID` with raw
-    /// Ethernet, `udp:IP:PORT/ID` with `--wire udp`.
+    /// This endpoint's address as the agent wrote it, for the modex: `MAC/ID@INCARNATION`
+    /// with raw Ethernet, `udp:IP:PORT/ID@INCARNATION` with `--wire udp` (see [`Dest`]).
     pub fn addr_text(&self) -> &str {
         &self.addr_text
     }
@@ -78,12 +83,13 @@ impl Client {
     /// Sends `data` (copied into the channel, so the caller may reuse it at once).
     pub fn isend(
         &self,
-        dest: EndpointAddr,
+        dest: impl Into<Dest>,
         bits: u64,
         rank: u32,
         data: &[u8],
         mode: SendMode,
     ) -> Result<Req> {
+        let dest: Dest = dest.into();
         if data.len() as u64 <= self.data_size {
             let mut g = self.lock();
             if let Some(di) = g.alloc_data()? {
@@ -115,12 +121,13 @@ impl Client {
     /// Sends `data`, which the engine reads in place: nothing is copied on this core.
     pub fn isend_vec(
         &self,
-        dest: EndpointAddr,
+        dest: impl Into<Dest>,
         bits: u64,
         rank: u32,
         data: Vec<u8>,
         mode: SendMode,
     ) -> Result<Req> {
+        let dest: Dest = dest.into();
         let d = send_desc(
             dest,
             bits,
@@ -146,13 +153,14 @@ impl Client {
     /// (this process's memory is only read, by another process).
     pub fn isend_raw(
         &self,
-        dest: EndpointAddr,
+        dest: impl Into<Dest>,
         bits: u64,
         rank: u32,
         addr: *const u8,
         len: usize,
         mode: SendMode,
     ) -> Result<Req> {
+        let dest: Dest = dest.into();
         let d = send_desc(
             dest,
             bits,

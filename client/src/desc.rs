@@ -1,7 +1,7 @@
 //! The descriptors the client writes: a request as the agent's channel lays it out.
 
 use tigon_engine::channel::{self, Desc, NO_DATA, Op};
-use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
+use tigon_engine::{Dest, MatchSpec, SendMode};
 
 /// A receive descriptor for `spec` (no buffer yet).
 pub(crate) fn recv_desc(spec: MatchSpec) -> Desc {
@@ -21,7 +21,7 @@ pub(crate) fn recv_desc(spec: MatchSpec) -> Desc {
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn send_desc(
-    dest: EndpointAddr,
+    dest: Dest,
     bits: u64,
     rank: u32,
     len: u64,
@@ -44,7 +44,8 @@ pub(crate) fn send_desc(
         match_bits: bits,
         mask: u64::MAX,
         rank,
-        peer: Some(dest),
+        peer: Some(dest.addr),
+        peer_incarnation: dest.incarnation,
         ..Desc::default()
     }
 }

@@ -21,7 +21,7 @@ pub mod sim;
 pub mod stats;
 pub mod wire;
 
-pub use addr::EndpointAddr;
+pub use addr::{Dest, EndpointAddr};
 pub use config::Config;
 pub use copy::{BufRef, CopyEngine, CopyError, CpuCopy, HeapMemory, Memory};
 pub use engine::{Completion, Engine, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendMode};

@@ -44,6 +44,9 @@ pub struct Stats {
     /// sender waited for acks (on a lossless link, more asked of it than its window holds).
     pub tx_window_full: u64,
     pub peer_restarts: u64,
+    /// Sends refused because their address named an earlier incarnation of the node than
+    /// the one connected (`Engine::check_incarnation`).
+    pub stale_addresses: u64,
     /// Sessions retired here after `session_idle_ns` idle, and sessions a peer had retired
     /// that this side started anew (its frames resent in the new session).
     pub sessions_retired: u64,

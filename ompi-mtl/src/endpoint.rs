@@ -5,32 +5,71 @@
 //!
 //! add_procs opens nothing: it reads each address from the modex (local data once Open MPI
 //! has exchanged it) and keeps it in the process's own endpoint slot, packed into the
-//! pointer-sized word itself (a MAC and an endpoint id are 64 bits): no allocation and no
-//! message per process. The engine connects to a peer node on the first message to it.
+//! pointer-sized word itself: the endpoint id, and the index of its node in a table of the
+//! nodes this process knows (the node's MAC, or IP and port, and the incarnation of its
+//! agent's engine, shared by all the processes of that node): no allocation and no message
+//! per process. The engine connects to a peer node on the first message to it; the
+//! incarnation goes with every send, so that an agent still holding a session with an
+//! earlier start of that node knows it restarted (see `tigon_engine::Dest`).
 
 use crate::ffi::{self, ompi_communicator_t, ompi_proc_t};
 use crate::report::{self, c_str};
+use std::collections::HashMap;
 use std::os::raw::c_int;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use tigon_engine::addr::text_wire;
-use tigon_engine::{EndpointAddr, MacAddr};
+use tigon_engine::{Dest, EndpointAddr, MacAddr};
 
 const _: () = assert!(
     size_of::<usize>() >= 8,
     "an address is packed into a pointer-sized slot"
 );
 
-/// An address as the word kept in a process's endpoint slot (never 0: no tigon address has
-/// an all-zero MAC and endpoint 0, which `lookup` refuses).
-fn pack(a: EndpointAddr) -> usize {
-    let m = a.mac.0;
-    let mac = u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
-    (mac << 16 | a.ep as u64) as usize
+/// Nodes per segment of the node table, and segments: 1,048,576 node incarnations.
+const SEG: usize = 1024;
+const SEGS: usize = 1024;
+
+/// The nodes this process knows, each once per incarnation: a node's name for the engine
+/// (MAC, or IP and port) and its incarnation. Append-only in segments that never move, so
+/// that a send reads its destination's entry without a lock (two atomic loads); written
+/// under `ADDING`.
+static NODES: [OnceLock<Box<[OnceLock<(MacAddr, u32)>]>>; SEGS] = [const { OnceLock::new() }; SEGS];
+
+/// Which index each known node incarnation has in `NODES` (under `ADDING`).
+static INDEX: Mutex<Option<HashMap<(MacAddr, u32), u32>>> = Mutex::new(None);
+
+/// The index of `d`'s node in `NODES`, added if new (the caller holds `ADDING`).
+fn node_index(d: Dest) -> Result<u32, String> {
+    let mut g = INDEX.lock().unwrap_or_else(|p| p.into_inner());
+    let index = g.get_or_insert_with(HashMap::new);
+    let key = (d.addr.mac, d.incarnation);
+    if let Some(&i) = index.get(&key) {
+        return Ok(i);
+    }
+    let i = index.len();
+    if i >= SEG * SEGS {
+        return Err(format!("more than {} peer nodes", SEG * SEGS));
+    }
+    let seg = NODES[i / SEG].get_or_init(|| (0..SEG).map(|_| OnceLock::new()).collect());
+    let _ = seg[i % SEG].set(key);
+    index.insert(key, i as u32);
+    Ok(i as u32)
 }
 
-fn unpack(w: usize) -> EndpointAddr {
-    let b = (w as u64 >> 16).to_be_bytes();
-    EndpointAddr::new(MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]]), w as u16)
+/// An address as the word kept in a process's endpoint slot: 1 + its node's index in
+/// `NODES`, then the endpoint id (never 0).
+fn pack(d: Dest) -> Result<usize, String> {
+    Ok(((node_index(d)? as usize + 1) << 16) | d.addr.ep as usize)
+}
+
+/// The address a slot's word names (None: not a word `pack` made).
+fn unpack(w: usize) -> Option<Dest> {
+    let i = (w >> 16).checked_sub(1)?;
+    let &(mac, incarnation) = NODES.get(i / SEG)?.get()?.get(i % SEG)?.get()?;
+    Some(Dest {
+        addr: EndpointAddr::new(mac, w as u16),
+        incarnation,
+    })
 }
 
 /// What add_procs needs of Open MPI's processes: the MTL's slot in each, and the modex.
@@ -90,7 +129,7 @@ impl Procs for Ompi {
 static ADDING: Mutex<()> = Mutex::new(());
 
 /// Reads a peer's address from the modex.
-fn lookup<T: Procs>(t: &T, p: T::P) -> Result<EndpointAddr, String> {
+fn lookup<T: Procs>(t: &T, p: T::P) -> Result<Dest, String> {
     let text = t.modex(p)?;
     // Agents of one job must agree on the encapsulation: say so now, not by a timeout later.
     if let Some(m) = crate::state::mtl() {
@@ -102,8 +141,8 @@ fn lookup<T: Procs>(t: &T, p: T::P) -> Result<EndpointAddr, String> {
             ));
         }
     }
-    let a = text.parse::<EndpointAddr>()?;
-    if pack(a) == 0 {
+    let a = text.parse::<Dest>()?;
+    if a.addr == EndpointAddr::new(MacAddr([0; 6]), 0) {
         return Err(format!("`{text}` is not a tigon address"));
     }
     Ok(a)
@@ -116,8 +155,8 @@ pub(crate) fn add_procs_in<T: Procs>(t: &T, procs: &[T::P]) -> c_int {
         if t.slot(p) != 0 {
             continue;
         }
-        match lookup(t, p) {
-            Ok(addr) => t.set_slot(p, pack(addr)),
+        match lookup(t, p).and_then(pack) {
+            Ok(w) => t.set_slot(p, w),
             Err(why) => {
                 let name = t.name(p);
                 let line = format!("mtl:tigon: no tigon address for process {name}: {why}");
@@ -153,8 +192,9 @@ pub fn del_procs(procs: &[*mut ompi_proc_t]) -> c_int {
     ffi::OMPI_SUCCESS
 }
 
-/// The address of `rank` in `comm` (its remote group for intercommunicators).
-pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<EndpointAddr, c_int> {
+/// The address of `rank` in `comm` (its remote group for intercommunicators), with its
+/// node's incarnation.
+pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<Dest, c_int> {
     // SAFETY: `comm` is a live communicator and `rank` was validated by the MPI layer.
     let p = unsafe { ffi::tigon_comm_peer(comm, rank) };
     if p.is_null() {
@@ -168,10 +208,7 @@ pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<EndpointAddr,
         }
         w = Ompi.slot(p);
     }
-    if w == 0 {
-        return Err(ffi::OMPI_ERR_UNREACH);
-    }
-    Ok(unpack(w))
+    unpack(w).ok_or(ffi::OMPI_ERR_UNREACH)
 }
 
 #[cfg(test)]
@@ -210,11 +247,12 @@ mod tests {
     fn addr_text(i: usize) -> String {
         let node = i / 64 + 1;
         format!(
-            "02:00:00:{:02x}:{:02x}:{:02x}/{}",
+            "02:00:00:{:02x}:{:02x}:{:02x}/{}@{:08x}",
             node >> 16,
             (node >> 8) & 0xff,
             node & 0xff,
-            i % 64
+            i % 64,
+            0x6a00_0000 + node
         )
     }
 
@@ -236,7 +274,7 @@ mod tests {
     }
 
     #[test]
-    fn add_procs_of_65536_processes_keeps_no_memory_and_sends_nothing() {
+    fn add_procs_of_65536_processes_keeps_memory_per_node_only_and_sends_nothing() {
         let n = 65_536;
         let fake = Fake {
             slots: (0..n).map(|_| Cell::new(0)).collect(),
@@ -254,9 +292,15 @@ mod tests {
             kept <= 64 * n as isize,
             "add_procs kept {kept} bytes for {n} processes"
         );
-        assert_eq!(kept, 0, "the address lives in the process's own slot");
+        // The address lives in the process's own slot; only each node (64 processes here)
+        // has an entry of its own.
+        let nodes = n / 64;
+        assert!(
+            kept <= 64 * nodes as isize,
+            "add_procs kept {kept} bytes for {nodes} nodes"
+        );
         for p in [0, 1, 63, 64, 4095, n - 1] {
-            assert_eq!(unpack(fake.slot(p)).to_string(), addr_text(p));
+            assert_eq!(unpack(fake.slot(p)).unwrap().to_string(), addr_text(p));
         }
         // Processes already added are not read again.
         assert_eq!(add_procs_in(&fake, &procs), ffi::OMPI_SUCCESS);
@@ -268,13 +312,23 @@ mod tests {
         for t in [
             "02:00:00:00:00:01/0",
             "ff:ff:ff:ff:ff:ff/65535",
-            "0a:1b:2c:3d:4e:5f/3",
+            "0a:1b:2c:3d:4e:5f/3@00000001",
+            "0a:1b:2c:3d:4e:5f/3@ffffffff",
+            "00:00:00:00:00:00/0",
         ] {
-            let a: EndpointAddr = t.parse().unwrap();
-            assert_ne!(pack(a), 0);
-            assert_eq!(unpack(pack(a)), a);
+            let a: Dest = t.parse().unwrap();
+            let w = pack(a).unwrap();
+            assert_ne!(w, 0);
+            assert_eq!(unpack(w), Some(a));
+            assert_eq!(pack(a).unwrap(), w, "one entry per node incarnation");
         }
-        let zero: EndpointAddr = "00:00:00:00:00:00/0".parse().unwrap();
-        assert_eq!(pack(zero), 0);
+        // Two incarnations of one node are two entries; a word no pack made names nothing.
+        let (a, b): (Dest, Dest) = (
+            "0a:1b:2c:3d:4e:5f/3@00000001".parse().unwrap(),
+            "0a:1b:2c:3d:4e:5f/3@00000002".parse().unwrap(),
+        );
+        assert_ne!(pack(a).unwrap() >> 16, pack(b).unwrap() >> 16);
+        assert_eq!(unpack(0), None);
+        assert_eq!(unpack(usize::MAX), None);
     }
 }

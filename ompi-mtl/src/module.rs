@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tigon_client::{RecvBuf, RecvInto};
 use tigon_engine::matching::{match_bits, split_bits};
-use tigon_engine::{EndpointAddr, MatchSpec, SendMode};
+use tigon_engine::{Dest, MatchSpec, SendMode};
 
 static MODULE: Shared<mca_mtl_base_module_t> = Shared::new(mca_mtl_base_module_t {
     // Context ids and tags are 32 bits each in tigon's match bits.
@@ -219,7 +219,7 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     // the PML request reads its kind).
     unsafe { request::start(req.cast(), State::new(kind, std::ptr::null_mut(), 0, false)) };
     request::touch();
-    let peer: EndpointAddr = endpoint::peer(comm, dest)?;
+    let peer: Dest = endpoint::peer(comm, dest)?;
     let (cid, me) = comm_ids(comm);
     let bits = match_bits(cid, tag);
     let mode = send_mode(mode);

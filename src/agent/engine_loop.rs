@@ -79,7 +79,13 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             unexpected_frames: dpdk::RX_POOL as usize / 4,
             ..s.engine.clone()
         };
-        let eng = Engine::new(cfg, plane.mac, plane.link.max_frame(), copy)?;
+        let mut eng = Engine::new(cfg, plane.mac, plane.link.max_frame(), copy)?;
+        // Its start time: a peer that holds a session with an earlier start of this node
+        // knows from a rank's address that the node restarted (`Engine::check_incarnation`).
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eng.set_incarnation(tigon_engine::addr::incarnation_of(since_epoch));
         log::info!(
             "tigon agent: port {} ({}), mtu {}, lcore {}, socket {}, dma {}, idle {}",
             s.devargs,
@@ -327,10 +333,11 @@ impl EngineLoop<'_> {
                                 len: m.len() as u64,
                             })
                         });
-                        let r = n
-                            .served
-                            .attach(&mut n.eng, ch, pid, ext, rx.is_some())
-                            .map(|(client, addr)| (client, n.link.addr_text(addr), rx));
+                        let r = n.served.attach(&mut n.eng, ch, pid, ext, rx.is_some()).map(
+                            |(client, addr)| {
+                                (client, n.link.addr_text(addr, n.eng.incarnation()), rx)
+                            },
+                        );
                         let _ = reply.send(r);
                     }
                     Cmd::Detach { client } => n.served.detach(&mut n.eng, client),

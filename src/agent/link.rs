@@ -178,11 +178,16 @@ impl PortLink {
         self.udp.as_ref().map_or(self.mac, |u| u.encap.node_id())
     }
 
-    /// An endpoint's address as the modex carries it: `MAC/ID`, or `udp:IP:PORT/ID`.
-    pub fn addr_text(&self, a: tigon_engine::EndpointAddr) -> String {
+    /// An endpoint's address as the modex carries it: `MAC/ID`, or `udp:IP:PORT/ID`, then
+    /// `@` and the node's incarnation (`tigon_engine::Dest`).
+    pub fn addr_text(&self, a: tigon_engine::EndpointAddr, incarnation: u32) -> String {
+        let at = tigon_engine::Dest {
+            addr: a,
+            incarnation,
+        };
         match self.udp {
-            Some(_) => tigon_engine::addr::udp_text(a),
-            None => a.to_string(),
+            Some(_) => format!("{}@{incarnation:08x}", tigon_engine::addr::udp_text(a)),
+            None => at.to_string(),
         }
     }
 

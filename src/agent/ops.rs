@@ -37,7 +37,8 @@ pub fn start<L: Link, C: CopyEngine<L::Frame>>(
             } else {
                 SendMode::Standard
             };
-            eng.isend(ep, dest, match_bits, rank, buf(payload), mode)
+            eng.check_incarnation(dest.addr, dest.incarnation)
+                .and_then(|()| eng.isend(ep, dest.addr, match_bits, rank, buf(payload), mode))
         }
         Request::Recv { spec, payload } => eng.irecv(ep, spec, buf(payload)),
         Request::MRecv { handle, payload } => {

@@ -78,7 +78,7 @@ pub fn json(
             "stalled": s.rx_stalled,
             "granted_bytes": eng.credit_granted_bytes(),
         },
-        "peer_events": { "restarts": s.peer_restarts, "timeouts": s.peer_timeouts, "version_mismatch": s.peer_version_mismatch, "sessions_retired": s.sessions_retired, "sessions_renewed": s.sessions_renewed },
+        "peer_events": { "restarts": s.peer_restarts, "stale_addresses": s.stale_addresses, "timeouts": s.peer_timeouts, "version_mismatch": s.peer_version_mismatch, "sessions_retired": s.sessions_retired, "sessions_renewed": s.sessions_renewed },
         "link": link.stats(),
         "engine_loop": gaps,
         "layout": layout,

@@ -82,6 +82,8 @@ pub struct Desc {
     /// Receive filter (unless [`FLAG_ANY_SOURCE`]) or the sender's rank.
     pub rank: u32,
     pub peer: Option<EndpointAddr>,
+    /// A send: the incarnation of `peer`'s node its address named (`crate::Dest`; 0: any).
+    pub peer_incarnation: u32,
     /// Message handle (mprobe → mrecv) or the descriptor index to cancel.
     pub handle: u64,
     // ---- completion ----
@@ -131,6 +133,7 @@ impl Desc {
         b[32..40].copy_from_slice(&self.match_bits.to_le_bytes());
         b[40..48].copy_from_slice(&self.mask.to_le_bytes());
         b[48..52].copy_from_slice(&self.rank.to_le_bytes());
+        b[52..56].copy_from_slice(&self.peer_incarnation.to_le_bytes());
         if let Some(p) = self.peer {
             b[56..62].copy_from_slice(&p.mac.0);
             b[62..64].copy_from_slice(&p.ep.to_le_bytes());
@@ -179,6 +182,7 @@ impl Desc {
                     u16::from_le_bytes([b[62], b[63]]),
                 )
             }),
+            peer_incarnation: u32_at(b, 52),
             handle: u64_at(b, D_HANDLE),
             status: u32_at(b, D_RESULT),
             info_rank: u32_at(b, D_RESULT + 4),

@@ -6,6 +6,8 @@ use super::desc::{
     Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE, FLAG_SYNC, NO_DATA, Op,
 };
 use super::layout::Geometry;
+use crate::addr::Dest;
+#[cfg(test)]
 use crate::addr::EndpointAddr;
 use crate::matching::MatchSpec;
 
@@ -25,7 +27,8 @@ pub enum Payload {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     Send {
-        dest: EndpointAddr,
+        /// The endpoint, and the incarnation of its node the client's address for it named.
+        dest: Dest,
         match_bits: u64,
         /// The sender's rank, as the receiver will see it.
         rank: u32,
@@ -76,7 +79,10 @@ impl Request {
         };
         Ok(match op {
             Op::Send => Request::Send {
-                dest: d.peer.ok_or("send without destination")?,
+                dest: Dest {
+                    addr: d.peer.ok_or("send without destination")?,
+                    incarnation: d.peer_incarnation,
+                },
                 match_bits: d.match_bits,
                 rank: d.rank,
                 sync: d.flags & FLAG_SYNC != 0,
@@ -207,12 +213,19 @@ mod tests {
             match_bits: 0xabc,
             rank: 5,
             peer: Some(peer),
+            peer_incarnation: 0x6a3f_09c1,
             ..Desc::default()
         };
+        let mut bytes = [0u8; super::super::desc::DESC_LEN];
+        send.emit(&mut bytes);
+        assert_eq!(Desc::parse(&bytes), send, "a descriptor's bytes round-trip");
         assert_eq!(
             Request::parse(&send, &GEO).unwrap(),
             Request::Send {
-                dest: peer,
+                dest: Dest {
+                    addr: peer,
+                    incarnation: 0x6a3f_09c1
+                },
                 match_bits: 0xabc,
                 rank: 5,
                 sync: true,

@@ -289,6 +289,36 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.stats.sessions_retired += 1;
     }
 
+    /// Checks a send's destination against the incarnation its address named (see
+    /// [`crate::Dest`]; 0: not known, nothing to check), before the send. Connected to an
+    /// earlier incarnation of that node, this side has not heard yet that it restarted (its
+    /// next frame would have been refused, and the Reset would then have failed every
+    /// message queued to the node, this one with them): the session is void now, its
+    /// operations fail with `PeerRestarted`, and the send sets up a session with the new
+    /// incarnation. Connected to a later one, the address outlived its node's engine: the
+    /// send fails with `PeerRestarted` rather than reach the new incarnation's endpoint of
+    /// the same id. Not connected (or connecting): whatever answers is the node.
+    pub fn check_incarnation(&mut self, dest: EndpointAddr, incarnation: u32) -> Result<(), Error> {
+        if incarnation == 0 {
+            return Ok(());
+        }
+        let Some(p) = self.find_peer(dest.mac) else {
+            return Ok(());
+        };
+        let conn = &self.peers[p].conn;
+        if conn.state != PeerState::Connected || conn.remote_session == incarnation {
+            return Ok(());
+        }
+        if crate::addr::newer(incarnation, conn.remote_session) {
+            self.stats.peer_restarts += 1;
+            self.reset_peer(p, Error::PeerRestarted);
+            Ok(())
+        } else {
+            self.stats.stale_addresses += 1;
+            Err(Error::PeerRestarted(dest))
+        }
+    }
+
     /// Tells the sender of `r` that it addressed an earlier incarnation of this node.
     pub(super) fn send_reset(&mut self, r: Repr) {
         // Resets are rare; they go out through a one-off peer-less path in `transmit`.

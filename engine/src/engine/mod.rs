@@ -276,6 +276,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.peer_index.get(mac, |p| peers[p].mac)
     }
 
+    /// This node's incarnation: its session, which peers see in the handshake and ranks
+    /// publish with their addresses ([`crate::Dest`]).
+    pub fn incarnation(&self) -> u32 {
+        self.session
+    }
+
+    /// Sets this node's incarnation (before any traffic): the agent's is its start time
+    /// ([`crate::addr::incarnation_of`]), so that peers can tell an address of a later start
+    /// from a stale one; left alone, it is random (engines that publish no addresses).
+    pub fn set_incarnation(&mut self, session: u32) {
+        self.session = session.max(1);
+    }
+
     /// Seeds the session generator (tests want reproducible runs); the node's session is
     /// drawn again from it. Call before any traffic.
     pub fn seed(&mut self, seed: u64) {
