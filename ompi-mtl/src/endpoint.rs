@@ -33,10 +33,15 @@ const SEGS: usize = 1024;
 /// (MAC, or IP and port) and its incarnation. Append-only in segments that never move, so
 /// that a send reads its destination's entry without a lock (two atomic loads); written
 /// under `ADDING`.
-static NODES: [OnceLock<Box<[OnceLock<(MacAddr, u32)>]>>; SEGS] = [const { OnceLock::new() }; SEGS];
+static NODES: [OnceLock<Segment>; SEGS] = [const { OnceLock::new() }; SEGS];
+
+/// A node's name for the engine and its incarnation.
+type Node = (MacAddr, u32);
+/// `SEG` entries of the node table, each written once.
+type Segment = Box<[OnceLock<Node>]>;
 
 /// Which index each known node incarnation has in `NODES` (under `ADDING`).
-static INDEX: Mutex<Option<HashMap<(MacAddr, u32), u32>>> = Mutex::new(None);
+static INDEX: Mutex<Option<HashMap<Node, u32>>> = Mutex::new(None);
 
 /// The index of `d`'s node in `NODES`, added if new (the caller holds `ADDING`).
 fn node_index(d: Dest) -> Result<u32, String> {

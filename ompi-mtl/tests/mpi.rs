@@ -279,6 +279,39 @@ fn netpipe_integrity() {
     );
 }
 
+/// An agent killed and started again (as systemd restarts it) while its peer kept running:
+/// the next job runs at once. The peer still holds its session with the killed agent; the
+/// new job's ranks send by addresses that name the new start (the modex carries each
+/// agent's incarnation), so the peer sets up a new session instead of sending on the dead
+/// one and failing the job's messages with it.
+#[test]
+fn a_job_right_after_an_agent_restart() {
+    let prog = program("p2p_basic");
+    let mut agents = Agents::start("restart");
+    Mpirun::new(2, &agents).run(&prog).assert_ok("p2p_basic");
+    let before = agents.stats(0);
+    for round in 0..2 {
+        agents.restart(1);
+        let r = Mpirun::new(2, &agents).run(&prog);
+        if r.status != Some(0) {
+            eprintln!(
+                "after restart {}: agent 0: {}\nagent 1 log:\n{}",
+                round + 1,
+                agents.stats(0),
+                agents.log(1)
+            );
+        }
+        r.assert_ok("p2p_basic");
+    }
+    let s = agents.stats(0);
+    let failed = |s: &serde_json::Value| s["messages"]["failed"].as_u64().unwrap_or(0);
+    assert_eq!(failed(&s), failed(&before), "agent 0: {s}");
+    assert!(
+        s["peer_events"]["restarts"].as_u64().unwrap_or(0) >= 2,
+        "agent 0 saw both restarts: {s}"
+    );
+}
+
 /// Issue 17: ranks whose agents both run `--wire udp` talk through UDP/IPv4 on memif; agents
 /// that disagree on the wire fail MPI_Init with both encapsulations named, at once (not by a
 /// peer timeout).

@@ -145,6 +145,8 @@ pub struct Agents {
     pub dir: PathBuf,
     pub sockets: Vec<PathBuf>,
     children: Vec<Child>,
+    /// Each agent's options past the common ones (to start it again: `restart`).
+    args: Vec<Vec<String>>,
 }
 
 impl Agents {
@@ -167,53 +169,85 @@ impl Agents {
             dir: dir.clone(),
             sockets: Vec::new(),
             children: Vec::new(),
+            args: Vec::new(),
         };
-        // Built first if missing (minutes in a fresh clone), outside the agents' deadline.
-        let bin = tigon_bin();
         // The server first: the client's memif needs the server's socket to exist.
-        let deadline = Instant::now() + Duration::from_secs(60);
         for (i, role) in ["server", "client"].iter().enumerate() {
-            let sock = dir.join(format!("agent{i}.sock"));
-            let log = std::fs::File::create(dir.join(format!("agent{i}.log"))).expect("log");
-            let mut cmd = Command::new(&bin);
-            cmd.arg("agent")
-                .arg("--port")
-                .arg(format!("net_memif0,role={role},socket={}", memif.display()))
-                .args(["--lcore", &i.to_string(), "--idle", "yield"])
+            let mut args: Vec<String> = vec![
+                "--port".into(),
+                // A MAC of its own, as a NIC has: an agent started again (`restart`) is the
+                // same node to its peer, not a new one (memif draws a random MAC otherwise).
+                format!(
+                    "net_memif0,role={role},socket={},mac=02:00:00:00:7e:{:02x}",
+                    memif.display(),
+                    i + 1
+                ),
                 // A loaded 2-core machine can starve an agent for seconds: do not mistake
                 // that for a dead peer (the agent's default is 5 s).
-                .args(["--peer-timeout-ms", &peer_timeout_ms.to_string()])
-                .arg("--socket")
-                .arg(&sock)
-                .args(extra[i])
-                .env("RUST_LOG", "warn")
-                .stdout(log.try_clone().expect("dup"))
-                .stderr(log)
-                .process_group(0);
-            die_with_parent(&mut cmd, libc::SIGINT);
-            let child = cmd.spawn().expect("spawning tigon agent");
+                "--peer-timeout-ms".into(),
+                peer_timeout_ms.to_string(),
+            ];
+            args.extend(extra[i].iter().map(|s| s.to_string()));
+            a.args.push(args);
+            a.sockets.push(dir.join(format!("agent{i}.sock")));
+            let child = a.spawn(i);
             a.children.push(child);
-            a.sockets.push(sock.clone());
-            // Serving: the agent answers a stats request once its port is up (its control
-            // socket accepts connections earlier). The memif server listens by then (on an
-            // abstract socket: no file to wait for).
-            loop {
-                if tigon_client::agent_stats(&sock).is_ok() {
-                    break;
-                }
-                if let Ok(Some(st)) = a.children[i].try_wait() {
-                    panic!("agent {i} exited ({st}): {}", a.log(i));
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "agent {i} not serving {} after 60 s: {}",
-                    sock.display(),
-                    a.log(i)
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
         }
         a
+    }
+
+    /// Starts agent `i` and waits until it serves.
+    fn spawn(&mut self, i: usize) -> Child {
+        // Built first if missing (minutes in a fresh clone), outside the agent's deadline.
+        let bin = tigon_bin();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let sock = &self.sockets[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("agent{i}.log")))
+            .expect("log");
+        let mut cmd = Command::new(&bin);
+        cmd.arg("agent")
+            .args(&self.args[i])
+            .args(["--lcore", &i.to_string(), "--idle", "yield"])
+            .arg("--socket")
+            .arg(sock)
+            .env("RUST_LOG", "warn")
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .process_group(0);
+        die_with_parent(&mut cmd, libc::SIGINT);
+        let mut child = cmd.spawn().expect("spawning tigon agent");
+        // Serving: the agent answers a stats request once its port is up (its control socket
+        // accepts connections earlier). The memif server listens by then (on an abstract
+        // socket: no file to wait for).
+        loop {
+            if tigon_client::agent_stats(sock).is_ok() {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("agent {i} exited ({st}): {}", self.log(i));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent {i} not serving {} after 60 s: {}",
+                sock.display(),
+                self.log(i)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    }
+
+    /// Kills agent `i` (SIGKILL: nothing of it tells its peer) and starts it again at once,
+    /// with the same options: a node whose agent died and was restarted (by systemd, say)
+    /// while its peer kept running.
+    pub fn restart(&mut self, i: usize) {
+        let _ = self.children[i].kill();
+        let _ = self.children[i].wait();
+        let _ = std::fs::remove_file(&self.sockets[i]);
+        self.children[i] = self.spawn(i);
     }
 
     pub fn log(&self, i: usize) -> String {
