@@ -419,7 +419,17 @@ fn mtu_from_devargs(devargs: &str) -> bool {
 
 /// Devargs for the port at `mtu`: af_packet needs ring frames that hold a jumbo frame plus
 /// its TPACKET header, and an interface whose MTU lets such frames through.
+/// A `net_null` port (a node whose ranks only talk among themselves) gets `no-rx=1` unless
+/// its devargs say otherwise: DPDK's null driver makes up a full burst of frames at every
+/// receive call, which the engine then parsed and dropped as foreign on every pass of its
+/// loop (555 M frames in 10 s), leaving the ranks' rings a sliver of it: 5.5-6.5 us one way
+/// between two ranks of the node instead of 2.5-3.6.
 fn port_devargs(devargs: &str, mtu: u16) -> Result<String, String> {
+    if device_name(devargs).starts_with("net_null")
+        && !devargs.split(',').any(|kv| kv.trim().starts_with("no-rx"))
+    {
+        return Ok(format!("{devargs},no-rx=1"));
+    }
     if mtu <= 1500 || !device_name(devargs).starts_with("net_af_packet") {
         return Ok(devargs.to_string());
     }
@@ -469,7 +479,25 @@ pub fn register(eal: &Eal, ch: &Channel, registered: bool) -> Option<std::sync::
 
 #[cfg(test)]
 mod tests {
-    use super::xdp_program;
+    use super::{port_devargs, xdp_program};
+
+    #[test]
+    fn a_null_port_makes_up_no_frames_unless_asked() {
+        assert_eq!(
+            port_devargs("net_null0", 9000).unwrap(),
+            "net_null0,no-rx=1"
+        );
+        assert_eq!(
+            port_devargs("net_null1,size=64", 1500).unwrap(),
+            "net_null1,size=64,no-rx=1"
+        );
+        assert_eq!(
+            port_devargs("net_null0,no-rx=0", 9000).unwrap(),
+            "net_null0,no-rx=0"
+        );
+        let memif = "net_memif0,role=server,socket=/tmp/m.sock";
+        assert_eq!(port_devargs(memif, 9000).unwrap(), memif);
+    }
 
     #[test]
     fn an_attached_xdp_program_is_found_in_ip_link_output() {
