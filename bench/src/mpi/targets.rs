@@ -166,6 +166,38 @@ pub fn targets(rs: &[TransportResult]) -> Vec<Target> {
         }),
     ));
 
+    // EMP's loop: the mean Waitall after each amount of compute (> 0) both ran, tigon over
+    // ob1/tcp; the worst of those ratios.
+    let wait = both.and_then(|(a, b)| {
+        a.emp
+            .iter()
+            .filter(|x| x.compute_us > 0.0)
+            .filter_map(|x| {
+                let y = b.emp.iter().find(|y| y.compute_us == x.compute_us)?;
+                (y.waitall.mean_us > 0.0).then(|| {
+                    (
+                        x.waitall.mean_us / y.waitall.mean_us,
+                        x.compute_us,
+                        x.waitall.mean_us,
+                        y.waitall.mean_us,
+                    )
+                })
+            })
+            .max_by(|p, q| p.0.total_cmp(&q.0))
+    });
+    v.push(Target::check(
+        "worst mean Wait after compute <= 0.1x ob1/tcp",
+        wait.map(|w| w.0),
+        0.1,
+        true,
+        wait.map_or("needs tigon and tcp EMP runs with compute".into(), |w| {
+            format!(
+                "mean Waitall after {:.0} us of compute: {:.1} us vs {:.1} us ({:.2}x)",
+                w.1, w.2, w.3, w.0
+            )
+        }),
+    ));
+
     let emp = tg.and_then(|a| {
         a.emp
             .iter()
@@ -205,7 +237,7 @@ pub fn targets(rs: &[TransportResult]) -> Vec<Target> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mpi::summary::{BwRow, LogpRow, pct, summarize};
+    use crate::mpi::summary::{BwRow, EmpRow, LogpRow, pct, summarize};
 
     #[test]
     fn targets_compare_tigon_with_tcp() {
@@ -236,5 +268,41 @@ mod tests {
         assert_eq!(ts[1].met, Some(true)); // 1.3x bandwidth
         assert_eq!(ts[2].met, Some(false)); // o_s + o_r equal
         assert_eq!(ts[3].met, None); // no availability run
+        let wait = |ts: &[Target]| {
+            ts.iter()
+                .find(|t| t.name.starts_with("worst mean Wait after compute"))
+                .map(|t| (t.met, t.value))
+                .expect("the Wait target")
+        };
+        assert_eq!(wait(&ts), (None, None), "no EMP runs");
+        // Waitall after 20 and 2000 us of compute: the worst ratio counts (20 us: 0.5x).
+        let emp = |t, at20: u64, at2000: u64| {
+            let row = |compute_us: f64, ns: u64| EmpRow {
+                compute_us,
+                iterations: 1,
+                cpu_fraction: 0.5,
+                throughput_mbit_s: 1.0,
+                isend: pct(&[1000]),
+                irecv: pct(&[1000]),
+                waitall: pct(&[ns]),
+                waitall_per_msg_us: 1.0,
+            };
+            TransportResult {
+                emp: vec![row(0.0, 1), row(20.0, at20), row(2000.0, at2000)],
+                ..mk(t, 5000, 1000.0)
+            }
+        };
+        let ts = targets(&[
+            emp(Transport::Tigon, 5_000, 1_000),
+            emp(Transport::Tcp, 10_000, 20_000),
+        ]);
+        let (met, value) = wait(&ts);
+        assert_eq!(met, Some(false));
+        assert!((value.unwrap() - 0.5).abs() < 0.01, "{value:?}");
+        let ts = targets(&[
+            emp(Transport::Tigon, 500, 1_000),
+            emp(Transport::Tcp, 10_000, 20_000),
+        ]);
+        assert_eq!(wait(&ts).0, Some(true));
     }
 }
