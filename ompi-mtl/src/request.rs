@@ -554,12 +554,11 @@ fn forget_sample() {
 
 /// Sleeps if this progress call, which found nothing to do, is part of a wait that should;
 /// returns whether it slept.
-fn maybe_nap() -> bool {
+fn maybe_nap(now: u64) -> bool {
     let after = NAP_AFTER_NS.load(Ordering::Relaxed);
     if after == 0 {
         return false;
     }
-    let now = now_ns();
     let last = LAST_EMPTY.replace(now);
     if crowded_bulk_wait(now, now.saturating_sub(last)) {
         if let Some(m) = mtl() {
@@ -629,8 +628,7 @@ thread_local! {
 /// them): the frames of large receives may then be lent to this rank, which copies them
 /// on its own core in the calls that follow; a rank computing between its calls leaves
 /// that copy to the agent.
-fn note_polling(m: &Mtl) {
-    let now = now_ns();
+fn note_polling(m: &Mtl, now: u64) {
     if now.saturating_sub(LAST_CALL.get()) < WAIT_LOOP_GAP_NS {
         m.client.polling();
     }
@@ -641,9 +639,12 @@ fn note_polling(m: &Mtl) {
 /// # Safety
 /// Called by Open MPI's progress engine only (any thread).
 pub unsafe extern "C" fn progress() -> c_int {
+    // One clock read for an empty call (a wait loop makes millions, each followed by a
+    // yield when ranks share a core: every read shows in the one-way time there).
+    let now = now_ns();
     let lends = match mtl() {
         Some(m) if m.client.lends() => {
-            note_polling(m);
+            note_polling(m, now);
             true
         }
         _ => false,
@@ -651,13 +652,14 @@ pub unsafe extern "C" fn progress() -> c_int {
     let mut n = progress_now();
     // Woken by a completion: take it now, and tell Open MPI there was work (it would yield
     // the processor otherwise, before its caller sees the completion).
-    if n == 0 && maybe_nap() {
+    let napped = n == 0 && maybe_nap(now);
+    if napped {
         n = progress_now();
     }
-    // From the end of this call: copying lent frames may have taken a while. (Not kept
-    // where nothing is lent: a clock read per call for nothing.)
+    // From the end of this call: copying lent frames (or a nap) may have taken a while;
+    // a call that did nothing ended when it began. (Not kept where nothing is lent.)
     if lends {
-        LAST_CALL.set(now_ns());
+        LAST_CALL.set(if n > 0 || napped { now_ns() } else { now });
     }
     n.min(c_int::MAX as usize) as c_int
 }
