@@ -114,14 +114,15 @@ impl Inner {
             self.release(&what);
             return Err(e);
         }
-        let backoff = Backoff::new();
+        // Started at the first wait only: no clock read for a submit that finds a descriptor.
+        let mut backoff: Option<Backoff> = None;
         let idx = loop {
             if let Some(i) = self.free_desc.pop() {
                 break i;
             }
             // Every descriptor is in flight: wait for completions (backpressure).
             if self.progress() == 0 {
-                backoff.idle(&self.ch);
+                backoff.get_or_insert_with(Backoff::new).idle(&self.ch);
             }
             if let Err(e) = self.check_alive() {
                 self.release(&what);

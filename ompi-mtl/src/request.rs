@@ -598,6 +598,12 @@ fn maybe_nap(now: u64) -> bool {
 
 /// Completes every finished operation; returns how many.
 pub fn progress_now() -> usize {
+    progress_at(None)
+}
+
+/// [`progress_now`], at time `now` if the caller has read the clock already (the activity
+/// it notes is then that time, not a second read).
+fn progress_at(now: Option<u64>) -> usize {
     let Some(m) = mtl() else { return 0 };
     // Taken out of the thread-local: a completion callback may re-enter progress.
     let mut v = DRAINED.take();
@@ -613,7 +619,7 @@ pub fn progress_now() -> usize {
     }
     DRAINED.set(v);
     if n > 0 {
-        touch();
+        LAST_ACTIVITY.store(now.unwrap_or_else(now_ns), Ordering::Relaxed);
     }
     n
 }
@@ -649,7 +655,7 @@ pub unsafe extern "C" fn progress() -> c_int {
         }
         _ => false,
     };
-    let mut n = progress_now();
+    let mut n = progress_at(Some(now));
     // Woken by a completion: take it now, and tell Open MPI there was work (it would yield
     // the processor otherwise, before its caller sees the completion).
     let napped = n == 0 && maybe_nap(now);
