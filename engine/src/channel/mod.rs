@@ -21,8 +21,8 @@ mod layout;
 mod request;
 
 pub use desc::{
-    Completion, DESC_LEN, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE, FLAG_SYNC,
-    NO_DATA, Op, status,
+    Completion, DESC_LEN, DESC_USED, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE,
+    FLAG_SYNC, NO_DATA, Op, status,
 };
 pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
@@ -198,16 +198,19 @@ impl Channel {
         })
     }
 
+    /// Descriptor `idx` (its used bytes, [`DESC_USED`]: the reserved rest is not read).
     pub fn read_desc(&self, idx: u32) -> io::Result<Desc> {
         let mut b = [0u8; DESC_LEN];
-        self.region.read(self.desc_offset(idx)?, &mut b)?;
+        self.region
+            .read(self.desc_offset(idx)?, &mut b[..DESC_USED])?;
         Ok(Desc::parse(&b))
     }
 
+    /// Writes descriptor `idx` (its used bytes, [`DESC_USED`]).
     pub fn write_desc(&self, idx: u32, d: &Desc) -> io::Result<()> {
         let mut b = [0u8; DESC_LEN];
         d.emit(&mut b);
-        self.region.write(self.desc_offset(idx)?, &b)
+        self.region.write(self.desc_offset(idx)?, &b[..DESC_USED])
     }
 
     fn desc_offset(&self, idx: u32) -> io::Result<usize> {
