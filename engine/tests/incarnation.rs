@@ -16,6 +16,24 @@ use tigon_engine::*;
 const OLD: u32 = 100;
 const NEW: u32 = 300;
 
+/// B's 64-byte message of tag `tag` to A's endpoint 0, received there; both wait for it
+/// (within `steps`). Returns the receive's buffer.
+fn b_to_a(w: &mut World, a: EndpointAddr, tag: i32, steps: usize) -> BufRef {
+    let buf = w.mem(1).insert(pattern(1, tag as u32, 64));
+    let s = w.nodes[1]
+        .eng
+        .isend(0, a, match_bits(0, tag), 1, buf, SendMode::Standard)
+        .unwrap();
+    let rb = w.mem(0).insert(vec![0; 64]);
+    let r = w.nodes[0]
+        .eng
+        .irecv(0, MatchSpec::mpi(0, 1, tag), rb)
+        .unwrap();
+    assert!(w.wait(0, r, steps).result.is_ok());
+    assert!(w.wait(1, s, steps).result.is_ok());
+    rb
+}
+
 /// Two nodes, A (0, incarnation `OLD`) and B (1), connected; B's synchronous send to A's
 /// endpoint 0 (tag 2) waits for a receive that A's first start never posts. Then A restarts
 /// as incarnation `NEW` with endpoint 0 open again. Returns A's endpoint and B's pending send.
@@ -25,18 +43,7 @@ fn restarted() -> (World, EndpointAddr, ReqId) {
     w.nodes[1].eng.set_incarnation(200);
     let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
-    let one = w.mem(1).insert(pattern(1, 1, 64));
-    let s = w.nodes[1]
-        .eng
-        .isend(0, a, match_bits(0, 1), 1, one, SendMode::Standard)
-        .unwrap();
-    let rb = w.mem(0).insert(vec![0; 64]);
-    let r = w.nodes[0]
-        .eng
-        .irecv(0, MatchSpec::mpi(0, 1, 1), rb)
-        .unwrap();
-    assert!(w.wait(0, r, 100_000).result.is_ok());
-    assert!(w.wait(1, s, 100_000).result.is_ok());
+    b_to_a(&mut w, a, 1, 100_000);
     let two = w.mem(1).insert(pattern(1, 2, 64));
     let pending = w.nodes[1]
         .eng
@@ -108,18 +115,7 @@ fn a_send_to_a_later_start_of_its_node_voids_the_old_session_and_gets_through() 
     );
     assert_eq!(w.nodes[1].eng.stats.stale_addresses, 1);
     w.nodes[1].eng.check_incarnation(a, NEW).unwrap();
-    let buf = w.mem(1).insert(pattern(1, 4, 64));
-    let s = w.nodes[1]
-        .eng
-        .isend(0, a, match_bits(0, 4), 1, buf, SendMode::Standard)
-        .unwrap();
-    let rb = w.mem(0).insert(vec![0; 64]);
-    let r = w.nodes[0]
-        .eng
-        .irecv(0, MatchSpec::mpi(0, 1, 4), rb)
-        .unwrap();
-    assert!(w.wait(0, r, 1_000_000).result.is_ok());
-    assert!(w.wait(1, s, 1_000_000).result.is_ok());
+    b_to_a(&mut w, a, 4, 1_000_000);
     assert_eq!(w.nodes[1].eng.stats.peer_restarts, 1);
 }
 

@@ -181,14 +181,11 @@ impl PortLink {
     /// An endpoint's address as the modex carries it: `MAC/ID`, or `udp:IP:PORT/ID`, then
     /// `@` and the node's incarnation (`tigon_engine::Dest`).
     pub fn addr_text(&self, a: tigon_engine::EndpointAddr, incarnation: u32) -> String {
-        let at = tigon_engine::Dest {
-            addr: a,
-            incarnation,
+        let node = match self.udp {
+            Some(_) => tigon_engine::addr::udp_text(a),
+            None => a.to_string(),
         };
-        match self.udp {
-            Some(_) => format!("{}@{incarnation:08x}", tigon_engine::addr::udp_text(a)),
-            None => at.to_string(),
-        }
+        format!("{node}@{incarnation:08x}")
     }
 
     /// The link's counters, with `--wire udp`'s.
