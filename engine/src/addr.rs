@@ -28,7 +28,9 @@ impl fmt::Display for EndpointAddr {
 /// 0: not known, any). With it the engine tells a node that restarted since this side last
 /// heard from it (the address is newer than the session held: that session is void) from an
 /// address that outlived its node's engine (older: the send fails rather than reach the new
-/// incarnation's endpoint of the same id). See `Engine::check_incarnation`.
+/// incarnation's endpoint of the same id, once the node has answered that it still runs
+/// the session's start: a node restarted after its clock was stepped back has an earlier
+/// incarnation too). See `Engine::check_incarnation` and `Engine::isend_to`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Dest {
     pub addr: EndpointAddr,

@@ -45,7 +45,8 @@ pub struct Stats {
     pub tx_window_full: u64,
     pub peer_restarts: u64,
     /// Sends refused because their address named an earlier incarnation of the node than
-    /// the one connected (`Engine::check_incarnation`).
+    /// the one connected (`Engine::check_incarnation`; with `Engine::isend_to`, once the
+    /// node's start answered on the session, or another start than the named one did).
     pub stale_addresses: u64,
     /// Sessions retired here after `session_idle_ns` idle, and sessions a peer had retired
     /// that this side started anew (its frames resent in the new session).

@@ -38,8 +38,13 @@ fn b_to_a(w: &mut World, a: EndpointAddr, tag: i32, steps: usize) -> BufRef {
 /// endpoint 0 (tag 2) waits for a receive that A's first start never posts. Then A restarts
 /// as incarnation `NEW` with endpoint 0 open again. Returns A's endpoint and B's pending send.
 fn restarted() -> (World, EndpointAddr, ReqId) {
+    restarted_as(OLD, NEW)
+}
+
+/// As [`restarted`], A's starts being incarnations `first` and `second`.
+fn restarted_as(first: u32, second: u32) -> (World, EndpointAddr, ReqId) {
     let mut w = World::new(2, Faults::default(), 21, Config::default());
-    w.nodes[0].eng.set_incarnation(OLD);
+    w.nodes[0].eng.set_incarnation(first);
     w.nodes[1].eng.set_incarnation(200);
     let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
@@ -54,7 +59,7 @@ fn restarted() -> (World, EndpointAddr, ReqId) {
     }
     assert!(w.nodes[1].eng.is_pending(pending));
     w.add_node(0, 77);
-    w.nodes[0].eng.set_incarnation(NEW);
+    w.nodes[0].eng.set_incarnation(second);
     assert_eq!(w.nodes[0].eng.open_endpoint(Some(0)).unwrap(), a);
     (w, a, pending)
 }
@@ -136,4 +141,131 @@ fn without_the_incarnation_the_message_fails_with_the_void_session() {
         assert_eq!(c.result.clone().map(|_| ()), Err(Error::PeerRestarted(a)));
     }
     assert!(w.nodes[0].eng.stats.drop_stale > 0);
+}
+
+/// B's `n` 64-byte messages of tag `tag` to A's endpoint 0 by `dest` (`Engine::isend_to`),
+/// message i carrying `pattern(1, 100 + i, 64)`, then A's `n` receives of that tag; returns
+/// the sends and the receives with their buffers.
+fn b_sends_to(w: &mut World, dest: Dest, tag: i32, n: u32) -> (Vec<ReqId>, Vec<(ReqId, BufRef)>) {
+    let sends = (0..n)
+        .map(|i| {
+            let buf = w.mem(1).insert(pattern(1, 100 + i, 64));
+            w.nodes[1]
+                .eng
+                .isend_to(0, dest, match_bits(0, tag), 1, buf, SendMode::Standard)
+                .unwrap()
+        })
+        .collect();
+    let recvs = (0..n)
+        .map(|_| {
+            let rb = w.mem(0).insert(vec![0; 64]);
+            let r = w.nodes[0]
+                .eng
+                .irecv(0, MatchSpec::mpi(0, 1, tag), rb)
+                .unwrap();
+            (r, rb)
+        })
+        .collect();
+    (sends, recvs)
+}
+
+/// A restarted after its clock was stepped back: its new start's incarnation is earlier than
+/// the one B's session holds. A send naming the new start is not refused as a stale address:
+/// B asks the node (a probe on the old session, which the new start answers with a Reset),
+/// then the send and the one made behind it go to the new start, in order; the old start's
+/// pending message fails.
+#[test]
+fn a_send_to_a_start_with_an_earlier_clock_reaches_it_after_asking_the_node() {
+    let (mut w, a, pending) = restarted_as(NEW, OLD);
+    let dest = Dest {
+        addr: a,
+        incarnation: OLD,
+    };
+    let (sends, recvs) = b_sends_to(&mut w, dest, 5, 2);
+    assert_eq!(
+        w.nodes[1].eng.held_sends(),
+        2,
+        "held while the node is asked"
+    );
+    let mut at_a = Vec::new();
+    w.run_until(1_000_000, |w| {
+        while let Some(c) = w.nodes[0].eng.pop_completion() {
+            at_a.push(c);
+        }
+        at_a.len() >= 2
+    });
+    for c in &at_a {
+        assert!(
+            recvs.iter().any(|&(r, _)| r == c.req) && c.result.is_ok(),
+            "{c:?}"
+        );
+    }
+    let mut got = completions(&mut w, 3);
+    let order = [pending, sends[0], sends[1]];
+    got.sort_by_key(|c| order.iter().position(|&r| r == c.req));
+    let results: Vec<_> = got
+        .iter()
+        .map(|c| (c.req, c.result.clone().map(|_| ())))
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            (pending, Err(Error::PeerRestarted(a))),
+            (sends[0], Ok(())),
+            (sends[1], Ok(())),
+        ]
+    );
+    // Same tag: MPI's order decides which receive takes which message.
+    for (i, &(_, rb)) in recvs.iter().enumerate() {
+        assert_eq!(
+            w.mem(0).get(&rb),
+            Some(&pattern(1, 100 + i as u32, 64)),
+            "message {i}"
+        );
+    }
+    assert_eq!(w.nodes[1].eng.held_sends(), 0);
+    assert_eq!(w.nodes[1].eng.stats.stale_addresses, 0);
+    assert_eq!(w.nodes[1].eng.stats.peer_restarts, 1);
+}
+
+/// The other reading of an earlier incarnation: an address of a start that is gone, its node
+/// running a later one that answers on the session. The send is held, the probe answered,
+/// and the send fails (`PeerRestarted`) without reaching the later start; the session stays.
+#[test]
+fn a_send_by_a_stale_address_fails_once_the_live_start_answers() {
+    let mut w = World::new(2, Faults::default(), 21, Config::default());
+    w.nodes[0].eng.set_incarnation(NEW);
+    w.nodes[1].eng.set_incarnation(200);
+    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    b_to_a(&mut w, a, 1, 100_000);
+    let stale = Dest {
+        addr: a,
+        incarnation: OLD,
+    };
+    let (sends, recvs) = b_sends_to(&mut w, stale, 6, 1);
+    assert_eq!(w.nodes[1].eng.held_sends(), 1);
+    let got = completions(&mut w, 1);
+    assert_eq!(
+        (got[0].req, got[0].result.clone().map(|_| ())),
+        (sends[0], Err(Error::PeerRestarted(a)))
+    );
+    assert_eq!(w.nodes[1].eng.stats.stale_addresses, 1);
+    assert_eq!(w.nodes[1].eng.stats.peer_restarts, 0, "the session stays");
+    for _ in 0..10_000 {
+        w.step();
+    }
+    assert!(
+        w.nodes[0].eng.is_pending(recvs[0].0),
+        "the message never reached the live start"
+    );
+    assert_eq!(w.nodes[0].eng.stats.unexpected, 0);
+    // The live start's own address still works.
+    let live = Dest {
+        addr: a,
+        incarnation: NEW,
+    };
+    let (sends, recvs) = b_sends_to(&mut w, live, 7, 1);
+    assert!(w.wait(0, recvs[0].0, 1_000_000).result.is_ok());
+    assert!(w.wait(1, sends[0], 1_000_000).result.is_ok());
 }

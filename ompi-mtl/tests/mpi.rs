@@ -312,6 +312,38 @@ fn a_job_right_after_an_agent_restart() {
     );
 }
 
+/// The same with the restarted agent's clock stepped back ten minutes (as NTP does to a clock
+/// that ran ahead): its start, the incarnation its ranks' addresses name, is earlier than the
+/// one agent 0 still holds a session with. Agent 0 asks the node (a probe on the old
+/// session, answered by a Reset from the new start) instead of refusing the sends as stale,
+/// and the job runs.
+#[test]
+fn a_job_right_after_an_agent_restart_with_its_clock_stepped_back() {
+    let prog = program("p2p_basic");
+    let mut agents = Agents::start("restart-back");
+    Mpirun::new(2, &agents).run(&prog).assert_ok("p2p_basic");
+    agents.restart_env(1, &[("TIGON_TEST_CLOCK_STEP_MS", "-600000")]);
+    let r = Mpirun::new(2, &agents).run(&prog);
+    if r.status != Some(0) {
+        eprintln!(
+            "agent 0: {}\nagent 1 log:\n{}",
+            agents.stats(0),
+            agents.log(1)
+        );
+    }
+    r.assert_ok("p2p_basic");
+    let s = agents.stats(0);
+    assert_eq!(
+        s["peer_events"]["stale_addresses"].as_u64(),
+        Some(0),
+        "agent 0: {s}"
+    );
+    assert!(
+        s["peer_events"]["restarts"].as_u64().unwrap_or(0) >= 1,
+        "agent 0 saw the restart: {s}"
+    );
+}
+
 /// Issue 17: ranks whose agents both run `--wire udp` talk through UDP/IPv4 on memif; agents
 /// that disagree on the wire fail MPI_Init with both encapsulations named, at once (not by a
 /// peer timeout).

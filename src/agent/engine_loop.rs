@@ -81,8 +81,21 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
         };
         let mut eng = Engine::new(cfg, plane.mac, plane.link.max_frame(), copy)?;
         // Its start time: a peer that holds a session with an earlier start of this node
-        // knows from a rank's address that the node restarted (`Engine::check_incarnation`).
-        let since_epoch = std::time::SystemTime::now()
+        // knows from a rank's address that the node restarted (`Engine::check_incarnation`;
+        // a start whose clock was stepped back is asked about: `Engine::isend_to`).
+        // TIGON_TEST_CLOCK_STEP_MS moves the start time read here (tests of a stepped clock).
+        let step_ms: i64 = std::env::var("TIGON_TEST_CLOCK_STEP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let now = std::time::SystemTime::now();
+        let stepped = if step_ms < 0 {
+            now.checked_sub(std::time::Duration::from_millis(step_ms.unsigned_abs()))
+        } else {
+            now.checked_add(std::time::Duration::from_millis(step_ms as u64))
+        };
+        let since_epoch = stepped
+            .unwrap_or(now)
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         eng.set_incarnation(tigon_engine::addr::incarnation_of(since_epoch));

@@ -37,8 +37,7 @@ pub fn start<L: Link, C: CopyEngine<L::Frame>>(
             } else {
                 SendMode::Standard
             };
-            eng.check_incarnation(dest.addr, dest.incarnation)
-                .and_then(|()| eng.isend(ep, dest.addr, match_bits, rank, buf(payload), mode))
+            eng.isend_to(ep, dest, match_bits, rank, buf(payload), mode)
         }
         Request::Recv { spec, payload } => eng.irecv(ep, spec, buf(payload)),
         Request::MRecv { handle, payload } => {

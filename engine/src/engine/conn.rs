@@ -164,7 +164,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         let p = self.peer_for(from);
         let conn = &self.peers[p].conn;
-        if conn.state == PeerState::Connected && conn.remote_session != r.src_session {
+        let restarted = conn.state == PeerState::Connected && conn.remote_session != r.src_session;
+        if restarted {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
         } else if conn.state == PeerState::Connected && conn_id(r.src_session, r.seq) != conn.remote
@@ -178,6 +179,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         self.peers[p].conn.connect_ack_owed = true;
         self.mark_active(p);
+        if restarted {
+            self.resolve_held(from, Some(r.src_session));
+        }
     }
 
     pub(super) fn on_connect_ack(&mut self, r: Repr, from: MacAddr, f: &[u8], now: u64) {
@@ -215,6 +219,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.stats.peer_restarts += 1;
                 self.reset_peer(p, Error::PeerRestarted);
                 self.accept(p, r.src_session, r.seq, c, now);
+                self.resolve_held(from, Some(r.src_session));
             }
             _ => {}
         }
@@ -234,6 +239,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if conn.remote_session != r.src_session {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
+            self.resolve_held(from, Some(r.src_session));
         } else {
             self.renew_session(p);
             self.start_connect(p, now);
@@ -297,7 +303,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// operations fail with `PeerRestarted`, and the send sets up a session with the new
     /// incarnation. Connected to a later one, the address outlived its node's engine: the
     /// send fails with `PeerRestarted` rather than reach the new incarnation's endpoint of
-    /// the same id. Not connected (or connecting): whatever answers is the node.
+    /// the same id. Not connected (or connecting): whatever answers is the node. (The
+    /// agent sends with [`Engine::isend_to`], which asks the node before refusing an
+    /// earlier incarnation: a start after a clock stepped back has one too.)
     pub fn check_incarnation(&mut self, dest: EndpointAddr, incarnation: u32) -> Result<(), Error> {
         if incarnation == 0 {
             return Ok(());
@@ -312,6 +320,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if crate::addr::newer(incarnation, conn.remote_session) {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
+            self.resolve_held(dest.mac, Some(incarnation));
             Ok(())
         } else {
             self.stats.stale_addresses += 1;
@@ -412,6 +421,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// peers with something in flight are visited: those are armed for the timers, or marked
     /// active and not through a transmit pass yet (65,536 quiet peers cost nothing here).
     pub(super) fn fail_endpoint_ops(&mut self, ep: u16) {
+        self.fail_held_of(ep);
         let mine = |e: &Self, id: ReqId| e.reqs.get(id).is_some_and(|r| r.ep == ep);
         let waits = self.waits.iter().map(|&(p, _)| p);
         let mut busy: Vec<usize> = self

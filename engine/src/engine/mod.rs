@@ -31,6 +31,7 @@ mod timers;
 mod tx;
 mod types;
 mod unexpected;
+mod verify;
 mod version;
 
 pub use types::{Completion, Error, MessageHandle, MsgInfo, Outcome, ReqId, SendMode};
@@ -180,6 +181,9 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// at once just before it goes: see `tx.rs`).
     reads: Vec<tx::PendingRead>,
     resets: Vec<Repr>,
+    /// Sends whose address named an earlier start of their node than the session's, held
+    /// while the node is asked which start it is (verify.rs).
+    verifying: Vec<verify::Held>,
     /// Eager sends whose acknowledged frames wait for the protocol's look once the stream is
     /// done with the ack (rx.rs, `on_new_ack`), once per frame, and whether the frame was
     /// counted off its send already (kept to reuse its buffer).
@@ -244,6 +248,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             tx: Vec::new(),
             reads: Vec::new(),
             resets: Vec::new(),
+            verifying: Vec::new(),
             acked: Vec::new(),
             rng,
             last_timer_scan: 0,

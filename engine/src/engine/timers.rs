@@ -17,6 +17,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         self.last_timer_scan = now;
+        self.held_timers(now);
         // A reclaim round goes on where the last pass left it; a new one starts under
         // pressure, at most every quarter of the idle time.
         if self.reclaim_cursor != 0 {
@@ -202,6 +203,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return 0;
         }
         let scan = self.cfg.rto_min_ns / 4;
+        if !self.verifying.is_empty() {
+            return scan;
+        }
         let mut budget = self
             .waits
             .front()

@@ -198,6 +198,10 @@ impl Agents {
 
     /// Starts agent `i` and waits until it serves.
     fn spawn(&mut self, i: usize) -> Child {
+        self.spawn_env(i, &[])
+    }
+
+    fn spawn_env(&mut self, i: usize, env: &[(&str, &str)]) -> Child {
         // Built first if missing (minutes in a fresh clone), outside the agent's deadline.
         let bin = tigon_bin();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -214,6 +218,7 @@ impl Agents {
             .arg("--socket")
             .arg(sock)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(log.try_clone().expect("dup"))
             .stderr(log)
             .process_group(0);
@@ -244,10 +249,15 @@ impl Agents {
     /// with the same options: a node whose agent died and was restarted (by systemd, say)
     /// while its peer kept running.
     pub fn restart(&mut self, i: usize) {
+        self.restart_env(i, &[]);
+    }
+
+    /// As [`Agents::restart`], the new agent with environment `env` added.
+    pub fn restart_env(&mut self, i: usize, env: &[(&str, &str)]) {
         let _ = self.children[i].kill();
         let _ = self.children[i].wait();
         let _ = std::fs::remove_file(&self.sockets[i]);
-        self.children[i] = self.spawn(i);
+        self.children[i] = self.spawn_env(i, env);
     }
 
     pub fn log(&self, i: usize) -> String {
