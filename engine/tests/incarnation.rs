@@ -269,3 +269,41 @@ fn a_send_by_a_stale_address_fails_once_the_live_start_answers() {
     assert!(w.wait(0, recvs[0].0, 1_000_000).result.is_ok());
     assert!(w.wait(1, sends[0], 1_000_000).result.is_ok());
 }
+
+/// Nothing answers the question (the node is gone, or its link dead): the held send is asked
+/// again every retransmit timeout and fails as unreachable after the peer timeout, as any
+/// send to a dead peer does; nothing hangs.
+#[test]
+fn a_held_send_to_a_silent_node_fails_as_unreachable() {
+    let cfg = Config {
+        peer_timeout_ns: 200_000_000,
+        session_idle_ns: 0,
+        ..Config::default()
+    };
+    let mut w = World::new(2, Faults::default(), 21, cfg);
+    w.nodes[0].eng.set_incarnation(NEW);
+    w.nodes[1].eng.set_incarnation(200);
+    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
+    w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
+    b_to_a(&mut w, a, 1, 100_000);
+    w.net.set_faults(Faults {
+        loss: 1.0,
+        ..Faults::default()
+    });
+    let stale = Dest {
+        addr: a,
+        incarnation: OLD,
+    };
+    let (sends, _) = b_sends_to(&mut w, stale, 8, 1);
+    let t0 = w.now;
+    let got = completions(&mut w, 1);
+    assert_eq!(
+        (got[0].req, got[0].result.clone().map(|_| ())),
+        (sends[0], Err(Error::PeerUnreachable(a)))
+    );
+    assert!(
+        w.now - t0 >= 200_000_000,
+        "failed only after the peer timeout"
+    );
+    assert_eq!(w.nodes[1].eng.held_sends(), 0);
+}
