@@ -18,6 +18,13 @@ use crate::addr::{Dest, EndpointAddr};
 use crate::copy::{BufRef, CopyEngine};
 use crate::link::Link;
 
+/// What a send's address names against the session held with its node.
+enum Named {
+    Same,
+    Later,
+    Earlier,
+}
+
 /// A send held while its node is asked which start it is.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Held {
@@ -53,9 +60,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 .verifying
                 .iter()
                 .any(|h| h.dest.mac == addr.mac && h.named == dest.incarnation);
-        if !behind && !self.earlier_than_session(addr, dest.incarnation) {
-            self.check_incarnation(addr, dest.incarnation)?;
-            return self.isend(ep, addr, bits, rank, buf, mode);
+        if !behind {
+            match self.session_named(addr, dest.incarnation) {
+                Named::Same => return self.isend(ep, addr, bits, rank, buf, mode),
+                Named::Later => {
+                    self.check_incarnation(addr, dest.incarnation)?;
+                    return self.isend(ep, addr, bits, rank, buf, mode);
+                }
+                Named::Earlier => {}
+            }
         }
         self.eps.get(ep)?;
         let p = self.peer_for(addr.mac);
@@ -89,18 +102,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Ok(id)
     }
 
-    /// Whether `incarnation` is earlier than that of the session held with `addr`'s node.
-    fn earlier_than_session(&mut self, addr: EndpointAddr, incarnation: u32) -> bool {
+    /// How `incarnation` compares with the session held with `addr`'s node (`Same`: no
+    /// session, none named, or that one).
+    fn session_named(&mut self, addr: EndpointAddr, incarnation: u32) -> Named {
         if incarnation == 0 {
-            return false;
+            return Named::Same;
         }
         let Some(p) = self.find_peer(addr.mac) else {
-            return false;
+            return Named::Same;
         };
         let conn = &self.peers[p].conn;
-        conn.state == PeerState::Connected
-            && conn.remote_session != incarnation
-            && !crate::addr::newer(incarnation, conn.remote_session)
+        if conn.state != PeerState::Connected || conn.remote_session == incarnation {
+            Named::Same
+        } else if crate::addr::newer(incarnation, conn.remote_session) {
+            Named::Later
+        } else {
+            Named::Earlier
+        }
     }
 
     /// Asks peer `p`'s start whether it is there (the retransmit timer's probe: answered on
