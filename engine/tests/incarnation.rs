@@ -41,14 +41,21 @@ fn restarted() -> (World, EndpointAddr, ReqId) {
     restarted_as(OLD, NEW)
 }
 
-/// As [`restarted`], A's starts being incarnations `first` and `second`.
-fn restarted_as(first: u32, second: u32) -> (World, EndpointAddr, ReqId) {
-    let mut w = World::new(2, Faults::default(), 21, Config::default());
-    w.nodes[0].eng.set_incarnation(first);
+/// Two nodes, A (0, incarnation `incarnation`) and B (1), endpoint 0 open on each, connected
+/// by B's first message (tag 1) to A's endpoint, which it returns.
+fn connected(cfg: Config, incarnation: u32) -> (World, EndpointAddr) {
+    let mut w = World::new(2, Faults::default(), 21, cfg);
+    w.nodes[0].eng.set_incarnation(incarnation);
     w.nodes[1].eng.set_incarnation(200);
     let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
     w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
     b_to_a(&mut w, a, 1, 100_000);
+    (w, a)
+}
+
+/// As [`restarted`], A's starts being incarnations `first` and `second`.
+fn restarted_as(first: u32, second: u32) -> (World, EndpointAddr, ReqId) {
+    let (mut w, a) = connected(Config::default(), first);
     let two = w.mem(1).insert(pattern(1, 2, 64));
     let pending = w.nodes[1]
         .eng
@@ -233,12 +240,7 @@ fn a_send_to_a_start_with_an_earlier_clock_reaches_it_after_asking_the_node() {
 /// and the send fails (`PeerRestarted`) without reaching the later start; the session stays.
 #[test]
 fn a_send_by_a_stale_address_fails_once_the_live_start_answers() {
-    let mut w = World::new(2, Faults::default(), 21, Config::default());
-    w.nodes[0].eng.set_incarnation(NEW);
-    w.nodes[1].eng.set_incarnation(200);
-    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
-    w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
-    b_to_a(&mut w, a, 1, 100_000);
+    let (mut w, a) = connected(Config::default(), NEW);
     let stale = Dest {
         addr: a,
         incarnation: OLD,
@@ -280,12 +282,7 @@ fn a_held_send_to_a_silent_node_fails_as_unreachable() {
         session_idle_ns: 0,
         ..Config::default()
     };
-    let mut w = World::new(2, Faults::default(), 21, cfg);
-    w.nodes[0].eng.set_incarnation(NEW);
-    w.nodes[1].eng.set_incarnation(200);
-    let a = w.nodes[0].eng.open_endpoint(Some(0)).unwrap();
-    w.nodes[1].eng.open_endpoint(Some(0)).unwrap();
-    b_to_a(&mut w, a, 1, 100_000);
+    let (mut w, a) = connected(cfg, NEW);
     w.net.set_faults(Faults {
         loss: 1.0,
         ..Faults::default()

@@ -103,18 +103,17 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let id = self.reqs.alloc(Req {
             ep,
             kind: ReqKind::Send(SendReq {
-                peer: p,
-                dst_ep: dest.ep,
-                msg_id,
-                buf,
-                bits,
-                rank,
-                sync: mode == SendMode::Synchronous,
-                rndv: false,
                 unacked: small as u32,
                 queued: small,
-                matched: false,
-                fin: false,
+                ..SendReq::new(
+                    p,
+                    dest.ep,
+                    msg_id,
+                    buf,
+                    bits,
+                    rank,
+                    mode == SendMode::Synchronous,
+                )
             }),
         });
         self.stats.sends_posted += 1;

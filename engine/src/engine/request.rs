@@ -68,6 +68,35 @@ pub(super) struct SendReq {
     pub(super) fin: bool,
 }
 
+impl SendReq {
+    /// A send of `buf` to endpoint `dst_ep` of peer `peer`, nothing of it queued yet.
+    #[inline]
+    pub(super) fn new(
+        peer: usize,
+        dst_ep: u16,
+        msg_id: u32,
+        buf: BufRef,
+        bits: u64,
+        rank: u32,
+        sync: bool,
+    ) -> Self {
+        SendReq {
+            peer,
+            dst_ep,
+            msg_id,
+            buf,
+            bits,
+            rank,
+            sync,
+            rndv: false,
+            unacked: 0,
+            queued: false,
+            matched: false,
+            fin: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) enum ReqKind {
     Send(SendReq),

@@ -75,20 +75,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let session = self.peers[p].conn.remote_session;
         let id = self.reqs.alloc(Req {
             ep,
-            kind: ReqKind::Send(SendReq {
-                peer: p,
-                dst_ep: addr.ep,
-                msg_id: 0,
+            // Its message id is given when it is released (`release_held`).
+            kind: ReqKind::Send(SendReq::new(
+                p,
+                addr.ep,
+                0,
                 buf,
                 bits,
                 rank,
-                sync: mode == SendMode::Synchronous,
-                rndv: false,
-                unacked: 0,
-                queued: false,
-                matched: false,
-                fin: false,
-            }),
+                mode == SendMode::Synchronous,
+            )),
         });
         self.stats.sends_posted += 1;
         self.verifying.push(Held {
