@@ -180,7 +180,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.peers[p].conn.connect_ack_owed = true;
         self.mark_active(p);
         if restarted {
-            self.resolve_held(from, Some(r.src_session));
+            self.resolve_held(from, r.src_session);
         }
     }
 
@@ -219,7 +219,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.stats.peer_restarts += 1;
                 self.reset_peer(p, Error::PeerRestarted);
                 self.accept(p, r.src_session, r.seq, c, now);
-                self.resolve_held(from, Some(r.src_session));
+                self.resolve_held(from, r.src_session);
             }
             _ => {}
         }
@@ -239,7 +239,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if conn.remote_session != r.src_session {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
-            self.resolve_held(from, Some(r.src_session));
+            self.resolve_held(from, r.src_session);
         } else {
             self.renew_session(p);
             self.start_connect(p, now);
@@ -320,7 +320,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if crate::addr::newer(incarnation, conn.remote_session) {
             self.stats.peer_restarts += 1;
             self.reset_peer(p, Error::PeerRestarted);
-            self.resolve_held(dest.mac, Some(incarnation));
+            self.resolve_held(dest.mac, incarnation);
             Ok(())
         } else {
             self.stats.stale_addresses += 1;

@@ -124,28 +124,34 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         self.mark_active(p);
     }
 
-    /// Node `mac` answered as start `now_session` on a new session, or (None) its session
-    /// ended without saying which start is there: the sends held for it that named that
-    /// start go to it, in order; the others fail with `PeerRestarted` (their start is gone).
-    pub(super) fn resolve_held(&mut self, mac: crate::wire::MacAddr, now_session: Option<u32>) {
+    /// Keeps the held sends `keep` says to keep, in order; `keep` may release or fail the
+    /// others (sends held meanwhile stay behind them).
+    fn sweep_held(&mut self, mut keep: impl FnMut(&mut Self, &Held) -> bool) {
         if self.verifying.is_empty() {
             return;
         }
         let mut held = std::mem::take(&mut self.verifying);
-        held.retain(|h| {
+        held.retain(|h| keep(self, h));
+        held.append(&mut self.verifying);
+        self.verifying = held;
+    }
+
+    /// Node `mac` answered as start `now_session` on a new session: the sends held for it
+    /// that named that start go to it, in order; the others fail with `PeerRestarted` (their
+    /// start is gone).
+    pub(super) fn resolve_held(&mut self, mac: crate::wire::MacAddr, now_session: u32) {
+        self.sweep_held(|e, h| {
             if h.dest.mac != mac {
                 return true;
             }
-            if Some(h.named) == now_session {
-                self.release_held(h.id, mac);
+            if h.named == now_session {
+                e.release_held(h.id, mac);
             } else {
-                self.stats.stale_addresses += 1;
-                self.finish(h.id, Err(Error::PeerRestarted(h.dest)));
+                e.stats.stale_addresses += 1;
+                e.finish(h.id, Err(Error::PeerRestarted(h.dest)));
             }
             false
         });
-        held.append(&mut self.verifying);
-        self.verifying = held;
     }
 
     /// A held send whose start answered: queued to its node as [`Engine::isend`] queues one
@@ -174,18 +180,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// without a new start saying so fails them too; one that stays silent is asked again
     /// every retransmit timeout, and its sends fail as unreachable after the peer timeout.
     pub(super) fn held_timers(&mut self, now: u64) {
-        if self.verifying.is_empty() {
-            return;
-        }
         let (rto, timeout) = (self.cfg.rto_min_ns, self.cfg.peer_timeout_ns);
-        let mut held = std::mem::take(&mut self.verifying);
-        held.retain(|h| {
-            let p = self.find_peer(h.dest.mac);
-            let conn = p.map(|p| &self.peers[p].conn);
+        self.sweep_held(|e, h| {
+            let p = e.find_peer(h.dest.mac);
+            let conn = p.map(|p| &e.peers[p].conn);
             let same = conn
                 .is_some_and(|c| c.state == PeerState::Connected && c.remote_session == h.session);
             let err = if same && conn.is_some_and(|c| c.last_rx > h.since) {
-                self.stats.stale_addresses += 1;
+                e.stats.stale_addresses += 1;
                 Error::PeerRestarted(h.dest)
             } else if !same {
                 Error::PeerRestarted(h.dest)
@@ -193,31 +195,26 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 Error::PeerUnreachable(h.dest)
             } else {
                 if let Some(p) = p
-                    && now.saturating_sub(self.peers[p].stream.last_rto.max(h.since)) >= rto
+                    && now.saturating_sub(e.peers[p].stream.last_rto.max(h.since)) >= rto
                 {
-                    self.probe_session(p);
+                    e.probe_session(p);
                 }
                 return true;
             };
-            self.finish(h.id, Err(err));
+            e.finish(h.id, Err(err));
             false
         });
-        held.append(&mut self.verifying);
-        self.verifying = held;
     }
 
     /// Local endpoint `ep` is closing: its held sends fail.
     pub(super) fn fail_held_of(&mut self, ep: u16) {
-        let mut held = std::mem::take(&mut self.verifying);
-        held.retain(|h| {
-            if self.reqs.get(h.id).is_some_and(|r| r.ep == ep) {
-                self.finish(h.id, Err(Error::EndpointClosed));
+        self.sweep_held(|e, h| {
+            if e.reqs.get(h.id).is_some_and(|r| r.ep == ep) {
+                e.finish(h.id, Err(Error::EndpointClosed));
                 return false;
             }
             true
         });
-        held.append(&mut self.verifying);
-        self.verifying = held;
     }
 
     /// Sends held while their nodes are asked which start they are.
