@@ -314,6 +314,11 @@ fn post_large(tx: &Client, rx: &Client, data: &[u8], cap: usize) -> (Req, Req) {
     let r = rx
         .irecv(MatchSpec::mpi(3, 0, 9), RecvInto::Vec(vec![0; cap]))
         .expect("irecv");
+    // The receiver says it polls before the first fragment can arrive, as a rank that posts
+    // and then waits does (its wait loop would say it only once it runs): a test thread
+    // descheduled between the send and its wait (CI's parallel tests) had every fragment
+    // written by the engine, none lent (`unlent_fragments.not_polling` 721 of 721).
+    rx.polling();
     let s = tx
         .isend_vec(
             rx.addr(),
