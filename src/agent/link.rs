@@ -30,10 +30,12 @@ impl AsRef<[u8]> for RxFrame {
 
 /// A frame being built: a fresh, unshared mbuf (its payload maybe chained), whose first
 /// `skip` bytes are kept for the UDP/IPv4 headers (`--wire udp`; 0 on raw Ethernet). The
-/// engine sees the bytes behind them.
+/// engine sees the bytes behind them. Or, `wired`, a frame ready for the wire that the
+/// port did not take: handed back to the engine's queue as it is, to be offered again.
 pub struct TxFrame {
     m: Mbuf,
     skip: usize,
+    wired: bool,
 }
 
 impl AsRef<[u8]> for TxFrame {
@@ -402,7 +404,11 @@ impl Link for PortLink {
             self.stats.tx_alloc_failures += 1;
             return None;
         }
-        Some(TxFrame { m, skip: self.skip })
+        Some(TxFrame {
+            m,
+            skip: self.skip,
+            wired: false,
+        })
     }
 
     fn alloc_tx_ref(&mut self, head: usize, payload: TxRef<'_>) -> Option<TxFrame> {
@@ -437,7 +443,11 @@ impl Link for PortLink {
             }
         };
         m.chain(tail).ok()?;
-        Some(TxFrame { m, skip: self.skip })
+        Some(TxFrame {
+            m,
+            skip: self.skip,
+            wired: false,
+        })
     }
 
     fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) {
@@ -445,14 +455,16 @@ impl Link for PortLink {
         let mut refused = Vec::new();
         let me = self.node_addr();
         for f in frames.drain(..) {
-            if f.as_ref().get(..6) != Some(&me.0[..]) {
+            if f.wired {
+                self.tx.push(f.m);
+            } else if f.as_ref().get(..6) != Some(&me.0[..]) {
                 self.encap(f.m);
             } else if self.loopback.len() < LOOPBACK_RING && refused.is_empty() {
                 self.stats.loopback_frames += 1;
                 // The receive side reads a frame as one piece (the engine sends nothing to
                 // this node in place; a chain would be gathered here), without the bytes
                 // kept for headers.
-                let TxFrame { mut m, skip } = f;
+                let TxFrame { mut m, skip, .. } = f;
                 let f = if m.nb_segs() == 1 && (skip == 0 || m.adj(skip as u16).is_ok()) {
                     RxFrame::Mbuf(m)
                 } else {
@@ -466,12 +478,17 @@ impl Link for PortLink {
             }
         }
         self.port.tx_burst(0, &mut self.tx);
-        // What the driver did not take waits for the next burst, in order: back in the
-        // engine's queue, or with --wire udp (already encapsulated) in ours.
+        // What the driver did not take waits for the next burst, in order, in the engine's
+        // queue, encapsulated or not: the engine sees the port's back-pressure (and counts
+        // it) and builds no more frames meanwhile. Kept in this link's queue instead (as
+        // with --wire udp before), they were sent as far as the engine knew, and a port
+        // slower than the engine (af_packet) let that queue grow to every peer's window.
         frames.extend(refused);
-        if self.udp.is_none() {
-            frames.extend(self.tx.drain(..).map(|m| TxFrame { m, skip: 0 }));
-        }
+        frames.extend(self.tx.drain(..).map(|m| TxFrame {
+            m,
+            skip: 0,
+            wired: true,
+        }));
     }
 
     fn max_frame(&self) -> usize {
