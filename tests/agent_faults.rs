@@ -1,6 +1,6 @@
 //! Faults: clients killed mid-transfer (100 in a row), the agent killed or terminated under
 //! its clients, a client writing garbage into its request ring, a client of a uid the agent
-//! does not allow, and a port that makes frames up (net_null).
+//! does not allow, a port that makes frames up (net_null), and one that takes none.
 
 mod common;
 use common::*;
@@ -34,6 +34,49 @@ fn a_null_port_gives_the_engine_no_made_up_frames() {
     exchange(&dir, "own", &[(&a, &a)], &[]);
     let s = a.stats();
     assert!(num(&s, "/drops/foreign") > 0, "{s}");
+}
+
+/// Under `--wire udp`, a port that takes no frame (a memif server nobody connects to, as a
+/// NIC whose link is down): the frames it refuses, already encapsulated (here the ARP
+/// requests for the destination), wait in the engine's queue, which counts the
+/// back-pressure and builds no more meanwhile; the agent goes on serving, and a send to the
+/// node that never answers fails as unreachable after the peer timeout. (They used to wait in
+/// the link's own queue, unseen by the engine: `tx_backpressure` stayed 0, and with each ARP
+/// retry the queue grew for as long as the link was down.)
+#[test]
+fn a_port_that_takes_nothing_holds_udp_frames_back_and_the_send_fails_unreachable() {
+    let dir = TestDir::new("udp-refused");
+    let a = lone_agent(
+        &dir,
+        "a",
+        0,
+        &[
+            "--wire",
+            "udp",
+            "--ip",
+            "10.77.0.1/24",
+            "--peer-timeout-ms",
+            "2000",
+        ],
+    );
+    let c = tigon_client::Client::attach(&a.socket).expect("attach to a");
+    let to: tigon_engine::Dest = "udp:10.77.0.2:7470/0".parse().expect("an address");
+    let bits = tigon_engine::matching::match_bits(1, 1);
+    let t = Instant::now();
+    let s = c
+        .isend(to, bits, 0, b"hello", tigon_engine::SendMode::Standard)
+        .expect("isend");
+    let r = c.wait(s);
+    assert!(
+        matches!(&r, Err(tigon_client::Error::Failed { status, .. })
+            if *status == tigon_engine::channel::status::PEER_UNREACHABLE),
+        "{r:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    let st = a.stats();
+    assert!(num(&st, "/link/udp/arp_requests_sent") >= 2, "{st}");
+    assert!(num(&st, "/frames/tx_backpressure") > 0, "{st}");
+    assert_eq!(num(&st, "/port/opackets"), 0, "{st}");
 }
 
 #[test]

@@ -83,8 +83,9 @@ pub struct AgentArgs {
     /// Lend the frames of a large message to the receiving rank while it waits for it (it
     /// copies them into its buffer on its own core: the engine core copies a received byte
     /// once, not twice); off: the engine writes them into the rank's memory
-    /// (`process_vm_writev`) [default: off: on this 2-core VM, quiet, 4 MiB NetPIPE gave
-    /// 43 Gb/s lent against 53-62 written by the engine, and lower availability].
+    /// (`process_vm_writev`) [default: off: on this 2-core VM, 4 MiB NetPIPE, lending won
+    /// in some runs and lost in others (43 against 53-62 Gb/s written by the engine one day,
+    /// 25-29 against 22-26 another), and lowered availability].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub lend_large: Option<bool>,
     /// Checksum every frame's payload in software, not only its headers [default: off: the
