@@ -342,6 +342,13 @@ fn a_job_right_after_an_agent_restart_with_its_clock_stepped_back() {
         s["peer_events"]["restarts"].as_u64().unwrap_or(0) >= 1,
         "agent 0 saw the restart: {s}"
     );
+    // The test hook says so in the agent's log (an environment inherited unseen would
+    // otherwise move a production agent's start time silently).
+    let log = agents.log(1);
+    assert!(
+        log.contains("TIGON_TEST_CLOCK_STEP_MS=-600000") && log.contains("test hook"),
+        "agent 1 log:\n{log}"
+    );
 }
 
 /// Issue 17: ranks whose agents both run `--wire udp` talk through UDP/IPv4 on memif; agents

@@ -84,10 +84,27 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
         // knows from a rank's address that the node restarted (`Engine::check_incarnation`;
         // a start whose clock was stepped back is asked about: `Engine::isend_to`).
         // TIGON_TEST_CLOCK_STEP_MS moves the start time read here (tests of a stepped clock).
-        let step_ms: i64 = std::env::var("TIGON_TEST_CLOCK_STEP_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        // Said in the log when set: outside a test it makes the node's restarts look wrong to
+        // its peers, and an agent's environment is easy to inherit unseen.
+        let step_ms: i64 = match std::env::var("TIGON_TEST_CLOCK_STEP_MS") {
+            Err(_) => 0,
+            Ok(v) => match v.trim().parse() {
+                Ok(ms) => {
+                    log::warn!(
+                        "TIGON_TEST_CLOCK_STEP_MS={ms}: this agent's start time (its \
+                         incarnation, which peers compare) is moved by {ms} ms; a test hook, \
+                         unset it outside tests"
+                    );
+                    ms
+                }
+                Err(_) => {
+                    log::warn!(
+                        "TIGON_TEST_CLOCK_STEP_MS={v:?} is not a whole number of ms: ignored"
+                    );
+                    0
+                }
+            },
+        };
         let now = std::time::SystemTime::now();
         let stepped = if step_ms < 0 {
             now.checked_sub(std::time::Duration::from_millis(step_ms.unsigned_abs()))
