@@ -458,9 +458,10 @@ fn print_table(a: &DemoArgs, cols: &[Column], runs: &[Vec<RunFigures>]) {
         "(NetPIPE's one-way time; \"/tcp\" is tigon / the better of the two TCP peers: < 1 is \
          better for latency, > 1 for bandwidth)"
     );
-    let verdict = |r: Option<f64>, ok: &dyn Fn(f64) -> bool| match r {
-        Some(r) if ok(r) => format!("{r:.2}, met"),
-        Some(r) => format!("{r:.2}, missed"),
+    // A ratio with `digits` decimals and whether it meets its target.
+    let verdict = |r: Option<f64>, ok: &dyn Fn(f64) -> bool, digits: usize| match r {
+        Some(r) if ok(r) => format!("{r:.digits$}, met"),
+        Some(r) => format!("{r:.digits$}, missed"),
         None => "not measured".into(),
     };
     for (i, (_, w)) in tigons.iter().enumerate() {
@@ -471,8 +472,8 @@ fn print_table(a: &DemoArgs, cols: &[Column], runs: &[Vec<RunFigures>]) {
             } else {
                 String::new()
             },
-            verdict(lat[i], &|r| r <= 0.75),
-            verdict(bw[i], &|r| r >= 1.2)
+            verdict(lat[i], &|r| r <= 0.75, 2),
+            verdict(bw[i], &|r| r >= 1.2, 2)
         );
     }
     if both {
@@ -484,11 +485,6 @@ fn print_table(a: &DemoArgs, cols: &[Column], runs: &[Vec<RunFigures>]) {
         let pbw = paired_ratio(runs, u, e, &RunFigures::large_bandwidth, &|r| r < 1.0);
         // Three decimals: these sit near their bounds (0.9465 is a miss, not "0.95").
         let shown = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
-        let within = |r: Option<f64>, ok: &dyn Fn(f64) -> bool| match r {
-            Some(x) if ok(x) => format!("{}, met", shown(r)),
-            Some(_) => format!("{}, missed", shown(r)),
-            None => "not measured".into(),
-        };
         println!(
             "udp/ether per round (median of the rounds' ratios): latency {} (udp slower in {} \
              of {} rounds), bandwidth >= 1 MiB {} (lower in {} of {}); ratio of the medians: \
@@ -505,8 +501,8 @@ fn print_table(a: &DemoArgs, cols: &[Column], runs: &[Vec<RunFigures>]) {
         println!(
             "target: udp within 5 % of raw Ethernet on {:?}, per round: latency {}; bandwidth >= 1 MiB {}",
             a.fabric,
-            within(plat.median, &|r| r <= 1.05),
-            within(pbw.median, &|r| r >= 0.95)
+            verdict(plat.median, &|r| r <= 1.05, 3),
+            verdict(pbw.median, &|r| r >= 0.95, 3)
         );
     }
 }
