@@ -409,11 +409,21 @@ impl Mpirun {
     }
 }
 
-/// Runs `c` in its own process group, killing the group after `timeout`.
+/// Runs `c` in its own process group, killing the group after `timeout`. The run gets a
+/// `TMPDIR` of its own, removed afterwards: Open MPI keeps its session directory there
+/// (`ompi.<host>.<uid>/`), and a job that ends uncleanly, or one killed at the timeout,
+/// leaves entries in it that nothing removes (seen: an empty `jf.*` after the NetPIPE
+/// test, `pid.*` of killed runs in the shared /tmp).
 pub fn run_with_timeout(mut c: Command, timeout: Duration) -> Run {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let t0 = Instant::now();
     let dir = std::env::temp_dir();
-    let out_path = dir.join(format!("tigon-mtl-out-{}-{:?}", std::process::id(), t0));
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Short: Open MPI's PMIx puts a Unix socket under it (at most 107 bytes of path).
+    let tmp = dir.join(format!("tmpi-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("the run's TMPDIR");
+    c.env("TMPDIR", &tmp);
+    let out_path = dir.join(format!("tigon-mtl-out-{}-{n}", std::process::id()));
     let err_path = out_path.with_extension("err");
     let out_f = std::fs::File::create(&out_path).expect("stdout file");
     let err_f = std::fs::File::create(&err_path).expect("stderr file");
@@ -450,6 +460,7 @@ pub fn run_with_timeout(mut c: Command, timeout: Duration) -> Run {
         let _ = std::fs::remove_file(p);
         s
     };
+    let _ = std::fs::remove_dir_all(&tmp);
     Run {
         status,
         stdout: read(&out_path),
