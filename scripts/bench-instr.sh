@@ -53,7 +53,7 @@ if [ -n "$peers" ]; then
     scount() {
         valgrind --tool=callgrind --toggle-collect='tigon_bench::scale::Pair::traffic*' \
             --callgrind-out-file="$tmp/cg.$1" \
-            "$tigon" bench scale --peers "$peers" --messages "$1" --virtual-clock "${extra[@]}" \
+            "$tigon" bench scale --peers "$peers" --messages "$1" --rounds 1 --virtual-clock "${extra[@]}" \
             >"$tmp/out.$1" 2>"$tmp/err.$1" ||
             { cat "$tmp/err.$1" >&2; exit 1; }
         awk '/^totals:/ {print $2}' "$tmp/cg.$1"

@@ -76,6 +76,10 @@ enum Which {
         /// Messages per traffic phase.
         #[arg(long, default_value_t = 200_000)]
         messages: usize,
+        /// Times every count is measured, the counts of a round one after the other; the
+        /// ratio is the median round's (this VM's rates move by up to a fifth between runs).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// Two full engines instead, one peer each way: engine B's N endpoints send to
         /// engine A's one (what `make bench-instr` counts, both sides of a message).
         #[arg(long)]
@@ -208,6 +212,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
         Which::Scale {
             peers,
             messages,
+            rounds,
             pair,
             max_ack_delay_us,
             virtual_clock,
@@ -233,7 +238,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
                 max_ack_delay_us,
                 virtual_clock,
             };
-            let r = scale::run(&peers, messages, &opts)?;
+            let r = scale::run(&peers, messages, rounds, &opts)?;
             println!("{}", scale::render(&r));
             let idle = r.rows.last().map(|x| x.idle_peer_bytes);
             let targets = [

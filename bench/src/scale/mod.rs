@@ -62,9 +62,15 @@ pub struct Row {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub command: String,
+    /// Per peer count, the first round's row with the rounds' median rates.
     pub rows: Vec<Row>,
-    /// msgs/s at the largest peer count over msgs/s at the smallest.
+    /// msgs/s at the largest peer count over msgs/s at the smallest: the median of the
+    /// rounds' ratios, each of two counts measured one right after the other.
     pub rate_ratio: f64,
+    /// Each round's ratio, in the order run.
+    pub round_ratios: Vec<f64>,
+    /// Every round's rows, in the order run.
+    pub rounds: Vec<Vec<Row>>,
 }
 
 /// Resident set size of this process (bytes).
@@ -311,25 +317,53 @@ pub fn run_case(n: usize, messages: usize, opts: &Options) -> Result<Row, String
     })
 }
 
-/// Runs every peer count in `peers` (ascending), `messages` per traffic phase.
-pub fn run(peers: &[usize], messages: usize, opts: &Options) -> Result<Report, String> {
-    let mut rows = Vec::new();
-    for &n in peers {
-        if n == 0 || n > 1 << 16 {
-            return Err(format!("--peers {n}: use 1 ..= 65536"));
+/// Runs every peer count in `peers` (ascending), `messages` per traffic phase, `rounds` times
+/// over: the counts of a round one right after the other, so that the host's slow spells
+/// (this VM's rate of one count moves by up to a fifth between runs) fall on both ends of a
+/// ratio alike, and the median of the rounds' ratios is the figure.
+pub fn run(
+    peers: &[usize],
+    messages: usize,
+    rounds: usize,
+    opts: &Options,
+) -> Result<Report, String> {
+    if let Some(&n) = peers.iter().find(|&&n| n == 0 || n > 1 << 16) {
+        return Err(format!("--peers {n}: use 1 ..= 65536"));
+    }
+    if rounds == 0 {
+        return Err("--rounds 0: use at least 1".into());
+    }
+    let mut all = Vec::new();
+    for k in 1..=rounds {
+        let mut rows = Vec::new();
+        for &n in peers {
+            report::progress(&format!("bench scale: round {k}/{rounds}, {n} peers"));
+            rows.push(run_case(n, messages, opts)?);
         }
-        report::progress(&format!("bench scale: {n} peers"));
-        rows.push(run_case(n, messages, opts)?);
+        all.push(rows);
     }
     report::progress_done();
-    let rate_ratio = match (rows.first(), rows.last()) {
-        (Some(f), Some(l)) if f.msgs_per_s > 0.0 => l.msgs_per_s / f.msgs_per_s,
-        _ => 0.0,
-    };
+    let round_ratios: Vec<f64> = all
+        .iter()
+        .map(|rows| match (rows.first(), rows.last()) {
+            (Some(f), Some(l)) if f.msgs_per_s > 0.0 => l.msgs_per_s / f.msgs_per_s,
+            _ => 0.0,
+        })
+        .collect();
+    let rate_ratio = median(&round_ratios);
+    // The first round's rows (memory as a fresh process holds it: later rounds' RSS counts
+    // what the allocator kept of the rounds before), with the rounds' median rates.
+    let mut rows = all[0].clone();
+    for (i, row) in rows.iter_mut().enumerate() {
+        let med = |f: fn(&Row) -> f64| median(&all.iter().map(|r| f(&r[i])).collect::<Vec<_>>());
+        row.msgs_per_s = med(|r| r.msgs_per_s);
+        row.msgs_per_s_hot = med(|r| r.msgs_per_s_hot);
+        row.loop_msgs_per_s = med(|r| r.loop_msgs_per_s);
+    }
     let list: Vec<String> = peers.iter().map(usize::to_string).collect();
     Ok(Report {
         command: format!(
-            "tigon bench scale --peers {} --messages {messages}{}{}",
+            "tigon bench scale --peers {} --messages {messages} --rounds {rounds}{}{}",
             list.join(","),
             opts.max_ack_delay_us
                 .map_or(String::new(), |d| format!(" --max-ack-delay-us {d}")),
@@ -341,7 +375,16 @@ pub fn run(peers: &[usize], messages: usize, opts: &Options) -> Result<Report, S
         ),
         rows,
         rate_ratio,
+        round_ratios,
+        rounds: all,
     })
+}
+
+/// The middle value (the upper one of an even count's two); 0 for none.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The report as a terminal table.
@@ -394,8 +437,15 @@ pub fn render(r: &Report) -> String {
          received (its acks), uniform phase; hot: the same, bursty phase. msgs/s: over engine A's\n\
          time (also A's clock: the nodes stand for other machines); loop msgs/s: over the whole\n\
          loop's, the simulated nodes' work included.\n\
-         msgs/s at the most peers / at the fewest: {:.2} (target >= 0.90)\nreproduce: {}",
+         Rows: the first round's (a fresh process), its msgs/s the median of the rounds'.\n\
+         msgs/s at the most peers / at the fewest, per round: {}; median {:.2} (target >= 0.90)\n\
+         reproduce: {}",
         nodes::Nodes::bytes_per_node(),
+        r.round_ratios
+            .iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         r.rate_ratio,
         r.command
     ));
@@ -439,7 +489,7 @@ mod tests {
     /// credit): a run that completes without a retransmit says they still do.
     #[test]
     fn a_small_run_completes_over_the_simulated_nodes() {
-        let r = super::run(&[3, 64], 2_000, &Default::default()).unwrap();
+        let r = super::run(&[3, 64], 2_000, 1, &Default::default()).unwrap();
         for row in &r.rows {
             assert_eq!(row.retransmits, 0, "{row:?}");
             assert!(
@@ -453,12 +503,35 @@ mod tests {
         assert!(r.rows[1].idle_peer_bytes <= 256.0, "{:?}", r.rows[1]);
     }
 
+    /// Rounds: each measures every count; the ratio is the median round's, and each row is
+    /// the first round's with the median rates. Bad arguments are refused before anything
+    /// runs.
+    #[test]
+    fn rounds_give_the_median_ratio_and_rows() {
+        let r = super::run(&[2, 32], 1_000, 3, &Default::default()).unwrap();
+        assert_eq!((r.rounds.len(), r.round_ratios.len()), (3, 3));
+        let mut ratios = r.round_ratios.clone();
+        ratios.sort_by(f64::total_cmp);
+        assert_eq!(r.rate_ratio, ratios[1]);
+        for (i, row) in r.rows.iter().enumerate() {
+            let mut rates: Vec<f64> = r.rounds.iter().map(|x| x[i].msgs_per_s_hot).collect();
+            rates.sort_by(f64::total_cmp);
+            assert_eq!(row.msgs_per_s_hot, rates[1], "{row:?}");
+            assert_eq!(row.peers, [2, 32][i]);
+            assert_eq!(row.rss_bytes, r.rounds[0][i].rss_bytes);
+        }
+        assert!(r.command.contains("--rounds 3"), "{}", r.command);
+        let none = super::Options::default();
+        assert!(super::run(&[2], 1_000, 0, &none).is_err());
+        assert!(super::run(&[2, 70_000], 1_000, 1, &none).is_err());
+    }
+
     /// From 4,096 peers on, engine A reads each frame's peer ahead of handling it (rx.rs,
     /// `receive_warm`; in a debug build it checks that the bucket it read ahead for each
     /// frame is that frame's): every message still arrives, none resent.
     #[test]
     fn a_run_past_the_read_ahead_threshold_completes() {
-        let r = super::run(&[4_200], 20_000, &Default::default()).unwrap();
+        let r = super::run(&[4_200], 20_000, 1, &Default::default()).unwrap();
         assert_eq!(r.rows[0].retransmits, 0, "{:?}", r.rows[0]);
     }
 }
