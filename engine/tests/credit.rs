@@ -121,10 +121,10 @@ fn thousand_peers_sending_eager_at_once_all_complete() {
     assert_eq!(e.armed_peers(), 0, "idle peers still armed");
     let (peers, bytes) = e.peer_memory();
     assert_eq!(peers, 1000);
-    // 248 B of state and 8 B of index per idle peer, and the peer table's growth slack
+    // 192 B of state and 8 B of index per idle peer, and the peer table's growth slack
     // (1,024 slots for 1,000 peers).
     assert!(
-        bytes / peers <= 272,
+        bytes / peers <= 208,
         "{} bytes per idle peer",
         bytes / peers
     );

@@ -127,12 +127,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         match self.peers[p].conn.state {
             // Straight onto the wire queue when nothing waits before it.
-            PeerState::Connected if self.peers[p].msgs.waiting.is_empty() => self.queue_send(p, id),
+            PeerState::Connected if self.peers[p].msgs.q.waiting.is_empty() => {
+                self.queue_send(p, id)
+            }
             PeerState::Connected => {
-                self.peers[p].msgs.waiting.push_back(id);
+                self.peers[p].msgs.q.waiting.push_back(id);
                 self.flush_waiting(p);
             }
-            PeerState::Connecting | PeerState::Idle => self.peers[p].msgs.waiting.push_back(id),
+            PeerState::Connecting | PeerState::Idle => self.peers[p].msgs.q.waiting.push_back(id),
         }
         self.mark_active(p);
         Ok(id)

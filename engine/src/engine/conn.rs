@@ -41,7 +41,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Doubles the peer table's room. A large table is read at random (a peer per message):
-    /// on huge pages its misses cost no TLB miss on top (65,536 peers: 16 MB, 4,096 small
+    /// on huge pages its misses cost no TLB miss on top (65,536 peers: 12 MB, 3,072 small
     /// pages). The new table is advised for huge pages before anything is written to it,
     /// then the peers are moved in: pages first touched after the advice are huge from the
     /// start. (Advised after `Vec`'s own growth, the pages the reallocation had moved over
@@ -360,10 +360,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mac = peer.mac;
         let mut failed: Vec<ReqId> = peer.eager_sends().collect();
         let msgs = &mut peer.msgs;
-        failed.extend(msgs.waiting.iter().copied());
-        msgs.waiting.release();
-        failed.extend(msgs.sends.values().copied());
-        failed.extend(msgs.pulls.values().copied());
+        failed.extend(msgs.q.waiting.iter().copied());
+        failed.extend(msgs.q.sends.values().copied());
+        failed.extend(msgs.q.pulls.values().copied());
         if let Some(InEager {
             target: EagerTarget::Req(r),
             ..
@@ -378,8 +377,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }) => Some(u),
             _ => None,
         };
-        msgs.sends.release();
-        msgs.pulls.release();
+        msgs.q.release();
         msgs.pull_inflight = 0;
         msgs.in_eager = None;
         peer.stream.reset();
@@ -436,23 +434,23 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         for p in busy {
             let peer = &self.peers[p];
             if !peer.waiting_on_peer()
-                && peer.msgs.waiting.is_empty()
+                && peer.msgs.q.waiting.is_empty()
                 && !peer.stream.has_new()
-                && peer.stream.unacked.is_empty()
+                && peer.stream.q.unacked.is_empty()
             {
                 continue;
             }
             let m = &peer.msgs;
             let mut sends: Vec<ReqId> = peer.eager_sends().collect();
-            sends.extend(m.sends.values().copied());
-            sends.extend(m.waiting.iter().copied());
+            sends.extend(m.q.sends.values().copied());
+            sends.extend(m.q.waiting.iter().copied());
             sends.retain(|&id| mine(self, id));
-            let pulls: Vec<(u32, ReqId)> = m
-                .pulls
-                .iter()
-                .map(|(&k, &v)| (k, v))
-                .filter(|&(_, id)| mine(self, id))
-                .collect();
+            let pulls: Vec<(u32, ReqId)> =
+                m.q.pulls
+                    .iter()
+                    .map(|(&k, &v)| (k, v))
+                    .filter(|&(_, id)| mine(self, id))
+                    .collect();
             if let Some(ie) = self.peers[p].msgs.in_eager.as_mut()
                 && let EagerTarget::Req(id) = ie.target
                 && self.reqs.get(id).is_some_and(|r| r.ep == ep)
@@ -484,7 +482,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if self.peers[p].conn.state == PeerState::Connected {
             let mut d = super::stream::TxDesc::new(Kind::Fin, msg_id);
             d.flags = wire::FLAG_NO_ENDPOINT;
-            self.peers[p].stream.pending.push_back(d);
+            self.peers[p].stream.q.pending.push_back(d);
             self.mark_active(p);
         }
     }

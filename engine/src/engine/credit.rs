@@ -6,7 +6,7 @@
 
 use super::Engine;
 use super::peer::PeerState;
-use super::stream::TxDesc;
+use super::stream::{Due, TxDesc};
 use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::{self, Kind, Repr};
@@ -111,7 +111,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             peer.stream.ack_soon();
             self.mark_active(p);
         } else if peer.stream.ack_due.is_none() {
-            peer.stream.ack_due = Some(self.now + self.cfg.max_ack_delay_ns);
+            peer.stream.ack_due = Due::at(self.now + self.cfg.max_ack_delay_ns);
             self.mark_active(p);
         }
         if sync && self.finish_local_send(p, msg_id, Kind::Matched) {

@@ -17,7 +17,7 @@ use super::Engine;
 use super::endpoint::Endpoints;
 use super::peer::{Peer, PeerState, eager_cost};
 use super::request::{Acked, Requests};
-use super::stream::{TakeAcked, TxDesc};
+use super::stream::{Due, TakeAcked, TxDesc};
 use super::types::{Completion, MsgInfo, Outcome, ReqId};
 use crate::addr::EndpointAddr;
 use crate::copy::{BufRef, CopyEngine};
@@ -76,7 +76,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
         }
         let fast = h.seq == peer.stream.rcv_next
-            && peer.stream.reorder.is_empty()
+            && peer.stream.q.reorder.is_empty()
             && peer.msgs.in_eager.is_none()
             && h.flags as u16 & !(wire::FLAG_PAYLOAD_CK | wire::FLAG_ACK_NOW) == 0
             && self.copy_fifo.is_empty();
@@ -101,7 +101,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.credit.released = peer.credit.released.wrapping_add(eager_cost(len));
         let stream = &mut peer.stream;
         if stream.ack_due.is_none() {
-            stream.ack_due = Some(now + delay);
+            stream.ack_due = Due::at(now + delay);
         }
         stream.advance();
         if h.flags as u16 & wire::FLAG_ACK_NOW != 0 {
@@ -250,11 +250,11 @@ pub(super) fn small_send<F: 'static>(peer: &Peer<F>, len: u64, rndv_threshold: u
         PeerState::Connected => true,
         // The first message to a node rides behind the Connect, on the first credit
         // (`wire::FIRST_CREDIT`): nothing else queued or sent yet.
-        PeerState::Connecting => !peer.stream.has_new() && peer.stream.unacked.is_empty(),
+        PeerState::Connecting => !peer.stream.has_new() && peer.stream.q.unacked.is_empty(),
         PeerState::Idle => false,
     };
     ready
-        && peer.msgs.waiting.is_empty()
+        && peer.msgs.q.waiting.is_empty()
         && small_fits(len, peer.conn.frag, rndv_threshold)
         && eager_cost(len) <= peer.credit.avail()
 }

@@ -1,6 +1,6 @@
 //! Collections a peer holds only while it is busy: `Lazy<T>` is one word, empty until the
-//! first change allocates the collection, and given back by [`Lazy::release`] when the peer
-//! goes idle. Reading an empty one allocates nothing (it reads a shared empty collection), so
+//! first change allocates the collection (or a group of them, as a stream's queues), and
+//! given back by [`Lazy::release`] when the peer goes idle. Reading an empty one allocates nothing (it reads a shared empty collection), so
 //! 65,536 idle peers hold no collections at all.
 
 use crate::fasthash::FastMap;
@@ -13,12 +13,17 @@ pub(super) trait Empty: Default + 'static {
     const EMPTY: &'static Self;
     /// Bytes the collection's buffers hold (by capacity), beyond its own struct.
     fn heap_bytes(&self) -> usize;
+    /// Whether it holds nothing (a group: none of its collections does).
+    fn is_clear(&self) -> bool;
 }
 
 impl<T: 'static> Empty for VecDeque<T> {
     const EMPTY: &'static Self = &VecDeque::new();
     fn heap_bytes(&self) -> usize {
         self.capacity() * size_of::<T>()
+    }
+    fn is_clear(&self) -> bool {
+        self.is_empty()
     }
 }
 
@@ -28,6 +33,9 @@ impl<K: 'static, V: 'static> Empty for FastMap<K, V> {
         // hashbrown: one control byte per bucket beside each entry
         self.capacity() * (size_of::<(K, V)>() + 1)
     }
+    fn is_clear(&self) -> bool {
+        self.is_empty()
+    }
 }
 
 impl<K: 'static, V: 'static> Empty for BTreeMap<K, V> {
@@ -35,6 +43,16 @@ impl<K: 'static, V: 'static> Empty for BTreeMap<K, V> {
     fn heap_bytes(&self) -> usize {
         // a leaf node holds up to 11 entries; count the entries and their keys' overhead
         self.len() * (size_of::<K>() + size_of::<V>() + 8)
+    }
+    fn is_clear(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// Drops the buffer of collection `c` if it is empty (one of a group in use: the group stays).
+pub(super) fn give_back<T: Empty>(c: &mut T) {
+    if c.is_clear() {
+        *c = T::default();
     }
 }
 
@@ -52,6 +70,19 @@ impl<T: Empty> Lazy<T> {
     /// Gives the collection and its buffers back (it reads empty after).
     pub(super) fn release(&mut self) {
         self.0 = None;
+    }
+
+    /// Gives it back if it holds nothing (a group: once every collection in it is empty).
+    pub(super) fn release_if_clear(&mut self) {
+        if self.0.as_ref().is_some_and(|c| c.is_clear()) {
+            self.0 = None;
+        }
+    }
+
+    /// The collection if allocated, to change without allocating it.
+    #[inline]
+    pub(super) fn get_mut(&mut self) -> Option<&mut T> {
+        self.0.as_deref_mut()
     }
 
     /// Whether the collection is allocated (empty or not).

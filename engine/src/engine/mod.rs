@@ -351,7 +351,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     #[inline]
     fn delay_ack(&mut self, p: usize) {
         let s = &mut self.peers[p].stream;
-        if let Some(due) = s.ack_due
+        if let Some(due) = s.ack_due.get()
             && !s.ack_queued
         {
             s.ack_queued = true;
@@ -363,11 +363,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// (the first `delayed_acks_due` will take after this poll's receive burst), without
     /// waiting for them; each visit there asks for the peer `ACK_AHEAD` entries on. With
     /// many peers an ack falls due `max_ack_delay_ns` after its peer was last touched, long
-    /// gone from the caches (65,536 peers: 16 MB of state); visited one after another, each
+    /// gone from the caches (65,536 peers: 12 MB of state); visited one after another, each
     /// would stall the loop on its misses (the largest single cost of the 65,536-peer rate,
     /// seen by perf). Asked for before the receive burst, their misses overlap with each
     /// other and with the burst's work. Not all of two bursts' worth at once (up to 64
-    /// peers, 256 lines): the processor cannot keep that many requests, nor those of the
+    /// peers, 128 lines): the processor cannot keep that many requests, nor those of the
     /// receive burst's read-ahead behind them (rx.rs, `receive_warm`).
     #[inline(never)]
     fn warm_due_acks(&self, now: u64) {
@@ -376,7 +376,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 break;
             }
             if let Some(peer) = self.peers.get(t.slot()) {
-                tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::ACK_HOT);
+                peer.warm();
             }
         }
     }
@@ -412,12 +412,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 && u.come(now)
                 && let Some(peer) = self.peers.get(u.slot())
             {
-                tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::ACK_HOT);
+                peer.warm();
             }
             let p = t.slot();
             let s = &mut self.peers[p].stream;
             s.ack_queued = false;
-            match s.ack_due {
+            match s.ack_due.get() {
                 Some(d) if d > now && !quiet => {
                     s.ack_queued = true;
                     if AckTimer::new(p, d).due == t.due {
@@ -457,7 +457,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         };
         if let Some((peer, msg_id, buf, by_id)) = req.send {
             if by_id && let Some(p) = self.peers.get_mut(peer) {
-                p.msgs.sends.remove(&msg_id);
+                p.msgs.q.sends.remove(&msg_id);
             }
             self.copy.release(&buf);
             self.stats.sends_completed += 1;

@@ -7,7 +7,7 @@
 //! MPI matching needs of a rank pair — the endpoints and the sender's rank — rides in every
 //! message's header, and message ids are per node, so nothing is kept per pair of ranks.
 
-use super::lazy::Lazy;
+use super::lazy::{Empty, Lazy, give_back};
 use super::stream::Stream;
 use super::types::ReqId;
 use crate::fasthash::FastMap as HashMap;
@@ -26,27 +26,29 @@ pub(super) enum PeerState {
 #[derive(Debug)]
 #[repr(C)]
 pub(super) struct Conn {
-    /// Payload bytes per frame to this peer.
-    pub(super) frag: u32,
+    // hot: read by the receive path and a delayed ack's visit
+    /// When the peer was last heard from; while connecting, when the connect began (its
+    /// deadline runs from there).
+    pub(super) last_rx: u64,
     /// This connection's ids, this side's and the peer's: each a mix of the node's session
     /// and the sequence number its stream starts at (random per connection). Every frame but
     /// the handshake carries them, so that nothing of an earlier connection between the
     /// same two incarnations (one was retired) passes for this one: not its frames, nor its
     /// acks.
     pub(super) local: u32,
-    pub(super) connect_sent: u64,
-    /// When the peer was last heard from; while connecting, when the connect began (its
-    /// deadline runs from there).
-    pub(super) last_rx: u64,
     pub(super) remote: u32,
-    pub(super) remote_window: u32,
-    pub(super) connect_ack_owed: bool,
-    pub(super) connect_tries: u8,
     pub(super) state: PeerState,
+    pub(super) connect_ack_owed: bool,
     /// In the engine's retirement queue (one entry per peer at most).
     pub(super) retire_queued: bool,
+    // cold
+    pub(super) connect_tries: u8,
     /// The peer node's session (its incarnation: new with every engine).
     pub(super) remote_session: u32,
+    /// Payload bytes per frame to this peer.
+    pub(super) frag: u32,
+    pub(super) remote_window: u32,
+    pub(super) connect_sent: u64,
 }
 
 impl Conn {
@@ -156,16 +158,11 @@ pub(super) struct InEager {
 #[derive(Debug)]
 #[repr(C)]
 pub(super) struct Msgs {
+    /// Operations in progress with the peer, by message id, and those waiting for the
+    /// connection.
+    pub(super) q: Lazy<MsgQueues>,
     /// The eager message arriving now (its fragments come in order).
     pub(super) in_eager: Option<InEager>,
-    /// Rendezvous receives pulling from the peer.
-    pub(super) pulls: Lazy<HashMap<u32, ReqId>>,
-    /// Synchronous and rendezvous sends, until they complete: the receiver names them by
-    /// message id (Matched, Pull, Fin). A standard eager send is not here (no hash on the
-    /// small-message path): its frames' descriptors in the stream name it.
-    pub(super) sends: Lazy<HashMap<u32, ReqId>>,
-    /// Messages waiting for the connection, in order.
-    pub(super) waiting: Lazy<VecDeque<ReqId>>,
     pub(super) next_msg_id: u32,
     /// Bytes asked of the peer by Pull and not arrived yet, over all its messages: bounded
     /// by the frame window the peer may have in flight to us (more only queues at the
@@ -173,38 +170,72 @@ pub(super) struct Msgs {
     pub(super) pull_inflight: u32,
 }
 
-/// Laid out by hand (`repr(C)`, here and in each part): with thousands of peers, each sending
-/// now and then, a peer is out of the caches when its message arrives, and again when its
-/// delayed ack falls due; each 64-byte line either visit reads is a miss. The fields the
-/// receive path of a small message reads and writes lie in bytes 56..185 (about 3 lines of a
-/// peer at any offset: the table's 248-byte entries fall at every 8-byte offset of a line),
-/// those of a delayed ack's visit in 32..240 (about 4); the rest at the ends. Before, the
-/// receive path read bytes 0..192 and the ack visit 0..240 (3.9 and 4.6 lines). The order
-/// was searched for the fewest lines per message (the ack visit weighed at its 0.57 per
-/// message with 65,536 uniform senders); `layout` below checks the spans.
+/// The collections of [`Msgs`], allocated together (as the stream's: stream.rs, `Queues`).
+#[derive(Debug, Default)]
+pub(super) struct MsgQueues {
+    /// Rendezvous receives pulling from the peer.
+    pub(super) pulls: HashMap<u32, ReqId>,
+    /// Synchronous and rendezvous sends, until they complete: the receiver names them by
+    /// message id (Matched, Pull, Fin). A standard eager send is not here (no hash on the
+    /// small-message path): its frames' descriptors in the stream name it.
+    pub(super) sends: HashMap<u32, ReqId>,
+    /// Messages waiting for the connection, in order.
+    pub(super) waiting: VecDeque<ReqId>,
+}
+
+impl Empty for MsgQueues {
+    const EMPTY: &'static Self = &MsgQueues {
+        pulls: HashMap::with_hasher(std::hash::BuildHasherDefault::new()),
+        sends: HashMap::with_hasher(std::hash::BuildHasherDefault::new()),
+        waiting: VecDeque::new(),
+    };
+    fn heap_bytes(&self) -> usize {
+        self.pulls.heap_bytes() + self.sends.heap_bytes() + self.waiting.heap_bytes()
+    }
+    fn is_clear(&self) -> bool {
+        self.pulls.is_empty() && self.sends.is_empty() && self.waiting.is_empty()
+    }
+}
+
+/// Laid out by hand (`repr(C)`, here and in each part), in three 64-byte lines (`align(64)`:
+/// every entry of the peer table starts a line). With thousands of peers, each sending now
+/// and then, a peer is out of the caches when its message arrives, and again when its delayed
+/// ack falls due; each line either visit reads is a miss. Both read the first line (the
+/// connection, the address, the message queues' pointer and the eager message's tag) and the
+/// last (the stream's receive side and acks, the credit), never the middle one (the cold
+/// parts of the messages and the stream): two lines each, where the 248-byte entries of
+/// before, at any 8-byte offset of a line, cost the receive path 3 and the ack visit 4.1.
+/// The collections behind two pointers (stream.rs, `Queues`; [`MsgQueues`]) and the ack's
+/// due time in 8 bytes (`Due`) are what make it fit. `layout` below checks the lines.
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub(super) struct Peer<F> {
-    pub(super) stream: Stream<F>,
+    pub(super) conn: Conn,
     /// In the engine's `armed` list: the timers visit it.
     pub(super) in_armed: bool,
     pub(super) mac: MacAddr,
     /// In the engine's `active` list (so marking is O(1)).
     pub(super) in_active: bool,
-    pub(super) credit: Credit,
-    pub(super) conn: Conn,
     pub(super) msgs: Msgs,
+    pub(super) stream: Stream<F>,
+    pub(super) credit: Credit,
 }
 
 impl<F: 'static> Peer<F> {
-    /// The bytes the receive path of a small message reads and writes (fast.rs, `on_small`):
-    /// what the read-ahead of a receive burst asks for (rx.rs, `receive_warm`).
-    pub(super) const RX_HOT: std::ops::Range<usize> =
-        std::mem::offset_of!(Self, stream.rcv_next)..std::mem::offset_of!(Self, msgs.in_eager) + 1;
-    /// The bytes a delayed ack's visit reads and writes (mod.rs, `delayed_acks_due`; tx.rs,
-    /// `quick_ack`): what the read-ahead of the acks falling due asks for (`warm_due_acks`).
-    pub(super) const ACK_HOT: std::ops::Range<usize> =
-        std::mem::offset_of!(Self, stream.ctl_bulk)..std::mem::offset_of!(Self, msgs.waiting) + 8;
+    /// The lines the receive path of a small message (fast.rs, `on_small`) and the visit of
+    /// a delayed ack (mod.rs, `delayed_acks_due`; tx.rs, `quick_ack`) read and write: the
+    /// first and the last (see [`Peer`]).
+    pub(super) const HOT: [std::ops::Range<usize>; 2] = [0..64, 128..192];
+
+    /// Asks the processor for the peer's [`Peer::HOT`] lines, without waiting for them: the
+    /// read-aheads of a receive burst (rx.rs, `receive_warm`) and of the acks falling due
+    /// (mod.rs, `warm_due_acks`).
+    #[inline(always)]
+    pub(super) fn warm(&self) {
+        for r in Self::HOT {
+            tigon_shm::mem::prefetch_bytes(self, r);
+        }
+    }
 
     pub(super) fn new(mac: MacAddr, frag: usize) -> Self {
         let frag = frag as u32;
@@ -229,9 +260,7 @@ impl<F: 'static> Peer<F> {
             credit: Credit::default(),
             msgs: Msgs {
                 next_msg_id: 1,
-                waiting: Lazy::default(),
-                sends: Lazy::default(),
-                pulls: Lazy::default(),
+                q: Lazy::default(),
                 pull_inflight: 0,
                 in_eager: None,
             },
@@ -251,9 +280,9 @@ impl<F: 'static> Peer<F> {
                     || s.ack_due.is_some()
                     || self.conn.connect_ack_owed
                     || s.has_tx()
-                    || !s.unacked.is_empty()
-                    || !s.reorder.is_empty()
-                    || !self.msgs.waiting.is_empty()
+                    || !s.q.unacked.is_empty()
+                    || !s.q.reorder.is_empty()
+                    || !self.msgs.q.waiting.is_empty()
                     || self.waiting_on_peer()
             }
         }
@@ -289,9 +318,9 @@ impl<F: 'static> Peer<F> {
             && s.ack_due.is_none()
             && !self.conn.connect_ack_owed
             && !s.has_tx()
-            && s.unacked.is_empty()
-            && s.reorder.is_empty()
-            && self.msgs.waiting.is_empty()
+            && s.q.unacked.is_empty()
+            && s.q.reorder.is_empty()
+            && self.msgs.q.waiting.is_empty()
             && self.waiting_on_peer()
     }
 
@@ -301,102 +330,69 @@ impl<F: 'static> Peer<F> {
     /// queued, and dropping those would leave the stream's count of queued control frames
     /// past its queue.
     pub(super) fn shrink(&mut self) {
-        macro_rules! release_empty {
-            ($($c:expr),*) => {$(
-                if $c.is_empty() {
-                    $c.release();
-                }
-            )*};
+        if let Some(q) = self.stream.q.get_mut() {
+            q.give_back_empty();
         }
-        let s = &mut self.stream;
-        release_empty!(s.pending, s.ctl_bulk, s.unacked, s.resend, s.reorder);
-        let m = &mut self.msgs;
-        release_empty!(m.waiting, m.sends, m.pulls);
+        self.stream.q.release_if_clear();
+        if let Some(q) = self.msgs.q.get_mut() {
+            give_back(&mut q.pulls);
+            give_back(&mut q.sends);
+            give_back(&mut q.waiting);
+        }
+        self.msgs.q.release_if_clear();
     }
 
     /// Whether any of its collections is allocated (`shrink` has something to give back):
-    /// eight pointers looked at, on every transmit pass of a peer that has gone quiet.
+    /// two pointers looked at, on every transmit pass of a peer that has gone quiet.
     #[inline]
     pub(super) fn holds_collections(&self) -> bool {
-        let s = &self.stream;
-        let m = &self.msgs;
-        s.pending.allocated()
-            || s.ctl_bulk.allocated()
-            || s.unacked.allocated()
-            || s.resend.allocated()
-            || s.reorder.allocated()
-            || m.waiting.allocated()
-            || m.sends.allocated()
-            || m.pulls.allocated()
+        self.stream.q.allocated() || self.msgs.q.allocated()
     }
 
     /// Bytes this peer holds: the struct and its collections (by capacity).
     pub(super) fn bytes(&self) -> usize {
-        let s = &self.stream;
-        let m = &self.msgs;
-        size_of::<Self>()
-            + s.pending.bytes()
-            + s.ctl_bulk.bytes()
-            + s.unacked.bytes()
-            + s.resend.bytes()
-            + s.reorder.bytes()
-            + m.waiting.bytes()
-            + m.sends.bytes()
-            + m.pulls.bytes()
+        size_of::<Self>() + self.stream.q.bytes() + self.msgs.q.bytes()
     }
 
     /// The standard eager sends whose frames are queued or unacknowledged (each once per
     /// frame; the caller dedups).
     pub(super) fn eager_sends(&self) -> impl Iterator<Item = ReqId> + '_ {
         let s = &self.stream;
-        s.pending
+        s.q.pending
             .iter()
-            .chain(s.unacked.iter())
+            .chain(s.q.unacked.iter())
             .filter(|d| matches!(d.kind, Kind::Eager | Kind::Small))
             .filter_map(|d| d.req)
     }
 
     /// Operations wait on the peer: sends, pulls, or an eager message half arrived.
     pub(super) fn waiting_on_peer(&self) -> bool {
-        !self.msgs.sends.is_empty() || !self.msgs.pulls.is_empty() || self.msgs.in_eager.is_some()
+        !self.msgs.q.sends.is_empty()
+            || !self.msgs.q.pulls.is_empty()
+            || self.msgs.in_eager.is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
     /// An idle peer's whole state is this struct (its collections are unallocated) plus 8
-    /// bytes of index: the 256-byte budget per idle peer of issue 12.
+    /// bytes of index: within the 256-byte budget per idle peer of issue 12, in three lines.
     #[test]
     fn an_idle_peer_fits_the_budget() {
-        assert!(size_of::<super::Peer<Vec<u8>>>() <= 248);
+        assert_eq!(size_of::<super::Peer<Vec<u8>>>(), 192);
+        assert_eq!(align_of::<super::Peer<Vec<u8>>>(), 64);
         let p: super::Peer<Vec<u8>> =
             super::Peer::new(crate::wire::MacAddr([2, 0, 0, 0, 0, 1]), 1400);
         assert_eq!(p.bytes(), size_of::<super::Peer<Vec<u8>>>());
         assert!(!p.holds_collections());
     }
 
-    /// 64-byte lines that fields at `(offset, bytes)` of a peer span, averaged over the eight
-    /// offsets in a line that a 248-byte table entry starts at.
-    fn lines(fields: &[(usize, usize)]) -> f64 {
-        let mut n = 0;
-        for base in (0..64).step_by(8) {
-            let mut l: Vec<usize> = fields
-                .iter()
-                .flat_map(|&(o, b)| (base + o) / 64..=(base + o + b - 1) / 64)
-                .collect();
-            l.sort_unstable();
-            l.dedup();
-            n += l.len();
-        }
-        n as f64 / 8.0
-    }
-
     /// The fields the receive path of a small message reads and writes (fast.rs, `on_small`)
-    /// span about 3 lines of a peer, and those of a delayed ack's visit (mod.rs,
-    /// `delayed_acks_due`; tx.rs, `quick_ack`) about 4: `Peer`'s layout, which a field added
-    /// or moved can undo.
+    /// and those of a delayed ack's visit (mod.rs, `delayed_acks_due`; tx.rs, `quick_ack`)
+    /// lie in the peer's [`Peer::HOT`](super::Peer::HOT) lines, two of its three: `Peer`'s
+    /// layout, which a field added or moved can undo.
     #[test]
-    fn the_hot_fields_lie_together() {
+    fn the_hot_fields_lie_in_two_lines() {
         use std::mem::offset_of as at;
         type P = super::Peer<Vec<u8>>;
         let both = [
@@ -407,9 +403,8 @@ mod tests {
             (at!(P, conn.remote), 4),
             (at!(P, credit.released), 4),
             (at!(P, stream.rcv_next), 4),
-            (at!(P, stream.unacked), 8),
-            (at!(P, stream.reorder), 8),
-            (at!(P, stream.ack_due), 16),
+            (at!(P, stream.q), 8),
+            (at!(P, stream.ack_due), 8),
             (at!(P, stream.ack_now), 1),
             (at!(P, stream.ack_queued), 1),
             // `Option<InEager>`'s niche, `EagerTarget`'s tag: its first byte
@@ -426,25 +421,17 @@ mod tests {
             (at!(P, conn.retire_queued), 1),
             (at!(P, stream.probe), 1),
             (at!(P, stream.probe_reply), 1),
-            (at!(P, stream.pending), 8),
-            (at!(P, stream.ctl_bulk), 8),
-            (at!(P, stream.resend), 8),
-            (at!(P, msgs.waiting), 8),
-            (at!(P, msgs.sends), 8),
-            (at!(P, msgs.pulls), 8),
+            (at!(P, msgs.q), 8),
         ];
-        let rx_all = [&both[..], &rx[..]].concat();
-        let ack_all = [&both[..], &ack[..]].concat();
-        // ... and within what the read-aheads ask for
-        let within = |f: &[(usize, usize)], r: std::ops::Range<usize>| {
-            f.iter().all(|&(o, b)| r.start <= o && o + b <= r.end)
-        };
-        assert!(within(&rx_all, P::RX_HOT), "{:?}", P::RX_HOT);
-        assert!(within(&ack_all, P::ACK_HOT), "{:?}", P::ACK_HOT);
-        let rx_lines = lines(&rx_all);
-        let ack_lines = lines(&ack_all);
-        assert!(rx_lines <= 3.0, "receive path: {rx_lines} lines");
-        assert!(ack_lines <= 4.125, "delayed ack: {ack_lines} lines");
+        let hot = P::HOT;
+        for (o, b) in [&both[..], &rx[..], &ack[..]].concat() {
+            assert!(
+                hot.iter().any(|r| r.start <= o && o + b <= r.end),
+                "a hot field at {o}..{} lies outside {hot:?}",
+                o + b
+            );
+        }
+        assert!(hot.iter().all(|r| r.start % 64 == 0 && r.len() == 64));
         assert_eq!(size_of::<Option<super::InEager>>(), 32);
     }
 }

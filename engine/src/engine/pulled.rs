@@ -57,7 +57,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             self.on_new_ack(p, h.ack, more_credit, None, None, now);
         }
         let stream = &self.peers[p].stream;
-        if h.seq != stream.rcv_next || !stream.reorder.is_empty() {
+        if h.seq != stream.rcv_next || !stream.q.reorder.is_empty() {
             return self.on_sequenced(p, &h.repr(), f, now);
         }
         // Next in order, nothing held behind it: what `on_sequenced` does for it.

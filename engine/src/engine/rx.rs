@@ -4,14 +4,14 @@
 
 use super::Engine;
 use super::fast;
-use super::peer::{Peer, PeerState};
+use super::peer::PeerState;
 use super::stream::Arrival;
 use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
 
 /// From this many peers on, a receive burst reads its frames' peers ahead (`receive_warm`):
-/// below it, their state (~256 B each) stays in the processor's caches.
+/// below it, their state (192 B each) stays in the processor's caches.
 pub(super) const WARM_PEERS: usize = 4096;
 
 /// Frames between the read-ahead of a frame's peer and its handling (rx.rs, `receive_warm`);
@@ -48,10 +48,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 
     /// Handles a burst's frames with their peers read ahead. With many peers (65,536 of
-    /// them: 16 MB of state) each frame's peer is a cache miss; handled one by one, a frame
+    /// them: 12 MB of state) each frame's peer is a cache miss; handled one by one, a frame
     /// would wait for its misses before the next frame's begin. Here the processor is asked
     /// for each frame's index bucket `2 * AHEAD` frames before the frame is handled, and for
-    /// the lines of its likely peer that the receive path reads (`Peer::RX_HOT`; the bucket
+    /// the lines of its likely peer that the receive path reads (`Peer::HOT`; the bucket
     /// read by then) `AHEAD` frames before: the misses of several frames overlap with each
     /// other and with the handling of the frames before them, and stay few enough at a time
     /// for the processor to keep every request (asked for all of a 32-frame burst at once,
@@ -105,7 +105,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if let Some(p) = self.peer_index.slot_in(b)
             && let Some(peer) = self.peers.get(p)
         {
-            tigon_shm::mem::prefetch_bytes(peer, Peer::<L::Frame>::RX_HOT);
+            peer.warm();
         }
     }
 
@@ -271,7 +271,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if peer.stream.has_tx() {
             self.mark_active(p);
         }
-        if more_credit && !self.peers[p].msgs.waiting.is_empty() {
+        if more_credit && !self.peers[p].msgs.q.waiting.is_empty() {
             self.flush_waiting(p);
             self.mark_active(p);
         }
@@ -316,7 +316,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     if !self.process(p, &r, f) {
                         // Put nothing back: the sender retransmits what we could not take.
                         self.stats.rx_stalled += 1;
-                        self.peers[p].stream.reorder.clear();
+                        self.peers[p].stream.q.reorder.clear();
                         break;
                     }
                     self.peers[p].stream.advance();

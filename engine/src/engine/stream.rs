@@ -5,7 +5,7 @@
 //! [`FrameSource`] turns a descriptor into a frame, so resending never reaches into the
 //! operation a frame belongs to.
 
-use super::lazy::Lazy;
+use super::lazy::{Empty, Lazy, give_back};
 use super::types::ReqId;
 use crate::config::Config;
 use crate::wire::{self, AckRepr, Kind};
@@ -183,44 +183,33 @@ pub(super) struct RtoScan {
     pub(super) fired: bool,
 }
 
-/// Laid out by hand (`repr(C)`, with [`Peer`](super::peer::Peer)'s order): a peer's fields
-/// that the receive path of a small message and the visit of a delayed ack read lie together
-/// (peer.rs, `Peer`), the rest at the ends. The field groups below say which side each
-/// belongs to; the order within is the layout's.
+/// Laid out by hand (`repr(C)`, with [`Peer`](super::peer::Peer)'s order): the fields the
+/// receive path of a small message and the visit of a delayed ack read are the last 29
+/// bytes, which fall in the peer's last cache line (peer.rs, `Peer`); the rest first.
 #[derive(Debug)]
 #[repr(C)]
 pub(super) struct Stream<F> {
     // cold: the transmit side's sequence and timers
+    /// When the last probe went out: frames sent before it give no RTT sample, and those of
+    /// them its reply does not acknowledge are lost.
+    pub(super) last_rto: u64,
+    rtt: Rtt,
     /// Number of the latest probe sent (its reply echoes it: the reply to an earlier probe
     /// says nothing of the frames sent since); on the receiving side, the number to echo.
     pub(super) probe_id: u16,
     pub(super) probe_echo: u16,
     pub(super) next_seq: u32,
-    /// When the last probe went out: frames sent before it give no RTT sample, and those of
-    /// them its reply does not acknowledge are lost.
-    pub(super) last_rto: u64,
-    rtt: Rtt,
     n_ctl: u32,
+    /// Doublings of the retransmit timeout since the cumulative ack last moved.
+    rto_backoff: u32,
     /// Longest the peer holds an ack (µs, advertised at connect: `ConnectRepr`
     /// `max_ack_delay_us`; the protocol's limit until then).
     peer_ack_delay_us: u16,
     /// In the engine's keepalive queue (`Engine::waits`; one entry per peer at most, but
     /// for a slot reused after a retirement).
     pub(super) keepalive_queued: bool,
-    // hot: what a delayed ack's visit asks (every collection unallocated) and the receive
-    // path reads and writes
-    /// New frames, sent in this order: control frames (Pull, Fin, Matched, Grant, Ping:
-    /// small, and what keeps the other side's pipe full), the messages in `pending` (eager
-    /// fragments and RTSs, in the order matching needs), then bulk data (pulled blocks). A
-    /// Pull or a new message never waits behind a backlog of pulled blocks. Control and bulk
-    /// share `ctl_bulk`, the `n_ctl` control frames in front (one queue less per peer).
-    pub(super) ctl_bulk: Lazy<VecDeque<TxDesc>>,
-    pub(super) pending: Lazy<VecDeque<TxDesc>>,
-    pub(super) resend: Lazy<VecDeque<u32>>,
-    pub(super) rcv_next: u32,
-    /// Doublings of the retransmit timeout since the cumulative ack last moved (cold: fills
-    /// the gap).
-    rto_backoff: u32,
+    // hot: what a delayed ack's visit asks (no collection allocated) and the receive path
+    // reads and writes
     /// In the engine's queue of delayed acks (`Engine::ack_timers`; as `keepalive_queued`).
     pub(super) ack_queued: bool,
     /// The retransmit timer fired: a probe is to be sent.
@@ -228,21 +217,113 @@ pub(super) struct Stream<F> {
     pub(super) ack_now: bool,
     /// A probe arrived: the next standalone ack answers it.
     pub(super) probe_reply: bool,
+    pub(super) rcv_next: u32,
     ack_owed: u32,
-    pub(super) unacked: Lazy<VecDeque<TxDesc>>,
-    pub(super) ack_due: Option<u64>,
-    pub(super) reorder: Lazy<BTreeMap<u32, F>>,
+    /// The queues of frames to send, unacknowledged, to resend and held out of order.
+    pub(super) q: Lazy<Queues<F>>,
+    pub(super) ack_due: Due,
+}
+
+/// When the ack owed falls due, if one is: an `Option<u64>` in 8 bytes (`u64::MAX` for none;
+/// a time is never that late), which is what lets a peer fit three cache lines (peer.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Due(u64);
+
+impl Due {
+    pub(super) const NONE: Due = Due(u64::MAX);
+
+    /// Due at `t` ns.
+    #[inline]
+    pub(super) fn at(t: u64) -> Due {
+        Due(t.min(u64::MAX - 1))
+    }
+
+    #[inline]
+    pub(super) fn get(self) -> Option<u64> {
+        (self != Self::NONE).then_some(self.0)
+    }
+
+    #[inline]
+    pub(super) fn is_some(self) -> bool {
+        self != Self::NONE
+    }
+
+    #[inline]
+    pub(super) fn is_none(self) -> bool {
+        self == Self::NONE
+    }
+}
+
+/// The stream's collections, allocated together on a peer's first use of any and given back
+/// together once all are empty (peer.rs, `shrink`): one pointer in the peer instead of five,
+/// which is what lets a peer's state fit three cache lines (peer.rs, `Peer`).
+#[derive(Debug)]
+pub(super) struct Queues<F> {
+    /// New frames, sent in this order: control frames (Pull, Fin, Matched, Grant, Ping:
+    /// small, and what keeps the other side's pipe full), the messages in `pending` (eager
+    /// fragments and RTSs, in the order matching needs), then bulk data (pulled blocks). A
+    /// Pull or a new message never waits behind a backlog of pulled blocks. Control and bulk
+    /// share `ctl_bulk`, the stream's `n_ctl` control frames in front (one queue less).
+    pub(super) ctl_bulk: VecDeque<TxDesc>,
+    pub(super) pending: VecDeque<TxDesc>,
+    pub(super) resend: VecDeque<u32>,
+    pub(super) unacked: VecDeque<TxDesc>,
+    pub(super) reorder: BTreeMap<u32, F>,
+}
+
+impl<F: 'static> Queues<F> {
+    /// Drops the buffers of the empty queues (the others are in use).
+    pub(super) fn give_back_empty(&mut self) {
+        give_back(&mut self.ctl_bulk);
+        give_back(&mut self.pending);
+        give_back(&mut self.resend);
+        give_back(&mut self.unacked);
+        give_back(&mut self.reorder);
+    }
+}
+
+impl<F> Default for Queues<F> {
+    fn default() -> Self {
+        Queues {
+            ctl_bulk: VecDeque::new(),
+            pending: VecDeque::new(),
+            resend: VecDeque::new(),
+            unacked: VecDeque::new(),
+            reorder: BTreeMap::new(),
+        }
+    }
+}
+
+impl<F: 'static> Empty for Queues<F> {
+    const EMPTY: &'static Self = &Queues {
+        ctl_bulk: VecDeque::new(),
+        pending: VecDeque::new(),
+        resend: VecDeque::new(),
+        unacked: VecDeque::new(),
+        reorder: BTreeMap::new(),
+    };
+    fn heap_bytes(&self) -> usize {
+        self.ctl_bulk.heap_bytes()
+            + self.pending.heap_bytes()
+            + self.resend.heap_bytes()
+            + self.unacked.heap_bytes()
+            + self.reorder.heap_bytes()
+    }
+    fn is_clear(&self) -> bool {
+        self.ctl_bulk.is_empty()
+            && self.pending.is_empty()
+            && self.resend.is_empty()
+            && self.unacked.is_empty()
+            && self.reorder.is_empty()
+    }
 }
 
 impl<F> Default for Stream<F> {
     fn default() -> Self {
         Stream {
             next_seq: 0,
-            pending: Lazy::default(),
-            ctl_bulk: Lazy::default(),
+            q: Lazy::default(),
             n_ctl: 0,
-            unacked: Lazy::default(),
-            resend: Lazy::default(),
             rtt: Rtt::default(),
             rto_backoff: 0,
             last_rto: 0,
@@ -251,9 +332,8 @@ impl<F> Default for Stream<F> {
             probe_id: 0,
             probe_echo: 0,
             rcv_next: 0,
-            reorder: Lazy::default(),
             ack_owed: 0,
-            ack_due: None,
+            ack_due: Due::NONE,
             ack_now: false,
             keepalive_queued: false,
             ack_queued: false,
@@ -266,8 +346,7 @@ impl<F: 'static> Stream<F> {
     /// Forgets the sequence state of a dead incarnation (the RTT estimate is kept: the path
     /// is the same).
     pub(super) fn reset(&mut self) {
-        self.pending.release();
-        self.ctl_bulk.release();
+        self.q.release();
         self.n_ctl = 0;
         self.next_seq = 0;
         self.forget_sequence();
@@ -276,12 +355,15 @@ impl<F: 'static> Stream<F> {
     /// Forgets what was sent and received in a session: the unacknowledged and reordered
     /// frames, the receive point, owed acks and probes.
     fn forget_sequence(&mut self) {
-        self.unacked.release();
-        self.resend.release();
-        self.reorder.release();
+        if let Some(q) = self.q.get_mut() {
+            q.unacked = VecDeque::new();
+            q.resend = VecDeque::new();
+            q.reorder = BTreeMap::new();
+        }
+        self.q.release_if_clear();
         self.rcv_next = 0;
         self.ack_owed = 0;
-        self.ack_due = None;
+        self.ack_due = Due::NONE;
         self.ack_now = false;
         self.probe = false;
         self.probe_reply = false;
@@ -298,14 +380,20 @@ impl<F: 'static> Stream<F> {
     /// ConnectAck carry): until the peer is connected it acknowledges nothing, so it is the
     /// oldest frame unacknowledged, or the next to send.
     pub(super) fn isn(&self) -> u32 {
-        self.unacked.front().map_or(self.next_seq, |d| d.seq)
+        self.q.unacked.front().map_or(self.next_seq, |d| d.seq)
     }
 
     /// The peer forgot the session (it retired it): the frames it never acknowledged go
     /// back in front of their queues, in order, for a new session; the sequence state is
     /// forgotten.
     pub(super) fn requeue_unacked(&mut self) {
-        let old: Vec<TxDesc> = self.unacked.iter().filter(|d| !d.acked).copied().collect();
+        let old: Vec<TxDesc> = self
+            .q
+            .unacked
+            .iter()
+            .filter(|d| !d.acked)
+            .copied()
+            .collect();
         self.forget_sequence();
         for d in old.into_iter().rev() {
             self.unqueue(TxDesc {
@@ -319,23 +407,23 @@ impl<F: 'static> Stream<F> {
 
     /// Frames to send or resend.
     pub(super) fn has_tx(&self) -> bool {
-        !self.resend.is_empty() || self.probe || self.has_new()
+        !self.q.resend.is_empty() || self.probe || self.has_new()
     }
 
     /// New frames to send (not resends).
     pub(super) fn has_new(&self) -> bool {
-        !self.pending.is_empty() || !self.ctl_bulk.is_empty()
+        !self.q.pending.is_empty() || !self.q.ctl_bulk.is_empty()
     }
 
     /// Queues a new frame behind those of its class.
     pub(super) fn queue(&mut self, d: TxDesc) {
         match d.kind {
-            Kind::Eager | Kind::Small | Kind::Rts => self.pending.push_back(d),
-            Kind::PullData => self.ctl_bulk.push_back(d),
+            Kind::Eager | Kind::Small | Kind::Rts => self.q.pending.push_back(d),
+            Kind::PullData => self.q.ctl_bulk.push_back(d),
             _ => {
                 // Behind the other control frames, ahead of all bulk data (few control
                 // frames wait at a time: the insert moves those).
-                self.ctl_bulk.insert(self.n_ctl as usize, d);
+                self.q.ctl_bulk.insert(self.n_ctl as usize, d);
                 self.n_ctl += 1;
             }
         }
@@ -346,7 +434,7 @@ impl<F: 'static> Stream<F> {
     /// block is about a hundred frames).
     #[inline]
     pub(super) fn queue_bulk(&mut self, count: u32, mut frame: impl FnMut(u32) -> TxDesc) {
-        let q = &mut *self.ctl_bulk;
+        let q = &mut self.q.ctl_bulk;
         q.reserve(count as usize);
         for i in 0..count {
             let d = frame(i);
@@ -359,16 +447,16 @@ impl<F: 'static> Stream<F> {
     #[inline]
     pub(super) fn queue_message(&mut self, d: TxDesc) {
         debug_assert!(matches!(d.kind, Kind::Eager | Kind::Small | Kind::Rts));
-        self.pending.push_back(d);
+        self.q.pending.push_back(d);
     }
 
     /// Puts back a frame `next_new` gave, in front of its class.
     fn unqueue(&mut self, d: TxDesc) {
         match d.kind {
-            Kind::Eager | Kind::Small | Kind::Rts => self.pending.push_front(d),
-            Kind::PullData => self.ctl_bulk.insert(self.n_ctl as usize, d),
+            Kind::Eager | Kind::Small | Kind::Rts => self.q.pending.push_front(d),
+            Kind::PullData => self.q.ctl_bulk.insert(self.n_ctl as usize, d),
             _ => {
-                self.ctl_bulk.push_front(d);
+                self.q.ctl_bulk.push_front(d);
                 self.n_ctl += 1;
             }
         }
@@ -378,11 +466,12 @@ impl<F: 'static> Stream<F> {
     fn next_new(&mut self) -> Option<TxDesc> {
         if self.n_ctl > 0 {
             self.n_ctl -= 1;
-            return self.ctl_bulk.pop_front();
+            return self.q.ctl_bulk.pop_front();
         }
-        self.pending
+        self.q
+            .pending
             .pop_front()
-            .or_else(|| self.ctl_bulk.pop_front())
+            .or_else(|| self.q.ctl_bulk.pop_front())
     }
 
     // ---- acknowledgements -----------------------------------------------------------------
@@ -403,7 +492,7 @@ impl<F: 'static> Stream<F> {
         rto_min_ns: u64,
         done: &mut impl TakeAcked,
     ) {
-        let Some(front) = self.unacked.front() else {
+        let Some(front) = self.q.unacked.front() else {
             return;
         };
         // One sample per ack, from the newest frame it acknowledges that went out once and
@@ -417,8 +506,8 @@ impl<F: 'static> Stream<F> {
         if seq_lt(front.seq, ack) {
             self.rto_backoff = 0;
             // `unacked` holds consecutive sequence numbers: the first `n` are acknowledged.
-            let n = (ack.wrapping_sub(front.seq) as usize).min(self.unacked.len());
-            for d in self.unacked.range(..n) {
+            let n = (ack.wrapping_sub(front.seq) as usize).min(self.q.unacked.len());
+            for d in self.q.unacked.range(..n) {
                 if !d.acked
                     && matches!(d.kind, Kind::Eager | Kind::Small)
                     && let Some(id) = d.req
@@ -433,6 +522,7 @@ impl<F: 'static> Stream<F> {
             // the delay it advertised, which would read as round-trip time (and the timeout,
             // which adds that delay already, would count it twice).
             if let Some(d) = self
+                .q
                 .unacked
                 .range(..n)
                 .rev()
@@ -442,7 +532,7 @@ impl<F: 'static> Stream<F> {
             {
                 sample.newest = Some(d.first_sent);
             }
-            self.unacked.drain(..n);
+            self.q.unacked.drain(..n);
         }
         if let Some(s) = sack {
             self.on_sack(ack, s, now, rto_min_ns, &mut sample, done);
@@ -451,10 +541,11 @@ impl<F: 'static> Stream<F> {
             // The receiver took every frame that arrived before the latest probe: those sent
             // before it and still unacknowledged were lost. (Rare: only after a timeout.)
             let probe = self.last_rto;
-            for d in self.unacked.iter_mut() {
+            let q = &mut *self.q;
+            for d in q.unacked.iter_mut() {
                 if !d.acked && !d.queued && d.last_sent <= probe {
                     d.queued = true;
-                    self.resend.push_back(d.seq);
+                    q.resend.push_back(d.seq);
                 }
             }
         }
@@ -483,7 +574,7 @@ impl<F: 'static> Stream<F> {
     /// Whether cumulative ack `ack` acknowledges a frame not acknowledged yet.
     #[inline]
     pub(super) fn acks_new(&self, ack: u32) -> bool {
-        self.unacked.front().is_some_and(|d| seq_lt(d.seq, ack))
+        self.q.unacked.front().is_some_and(|d| seq_lt(d.seq, ack))
     }
 
     /// The selective part of an ack: visits its set bits only.
@@ -496,7 +587,7 @@ impl<F: 'static> Stream<F> {
         sample: &mut Sample,
         done: &mut impl TakeAcked,
     ) {
-        let Some(base) = self.unacked.front().map(|d| d.seq) else {
+        let Some(base) = self.q.unacked.front().map(|d| d.seq) else {
             return;
         };
         // `unacked` holds consecutive sequence numbers: frame `seq` is at `seq - base`.
@@ -508,7 +599,7 @@ impl<F: 'static> Stream<F> {
                 bits &= bits - 1;
                 let seq = ack.wrapping_add(1 + w as u32 * 64 + b);
                 let i = seq.wrapping_sub(base) as usize;
-                let Some(d) = self.unacked.get_mut(i) else {
+                let Some(d) = self.q.unacked.get_mut(i) else {
                     continue;
                 };
                 highest = Some(i);
@@ -523,10 +614,11 @@ impl<F: 'static> Stream<F> {
         // on a lossless link no ack has bits set.)
         if let Some(h) = highest {
             let rtt = self.rtt.srtt().max(rto_min_ns / 2);
-            for d in self.unacked.iter_mut().take(h) {
+            let q = &mut *self.q;
+            for d in q.unacked.iter_mut().take(h) {
                 if !d.acked && !d.queued && now.saturating_sub(d.last_sent) >= rtt {
                     d.queued = true;
-                    self.resend.push_back(d.seq);
+                    q.resend.push_back(d.seq);
                 }
             }
         }
@@ -549,7 +641,7 @@ impl<F: 'static> Stream<F> {
     /// the sender is told at once what is missing.
     pub(super) fn hold(&mut self, seq: u32, f: F) -> bool {
         self.ack_now = true;
-        if let std::collections::btree_map::Entry::Vacant(e) = self.reorder.entry(seq) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.q.reorder.entry(seq) {
             e.insert(f);
             true
         } else {
@@ -572,33 +664,33 @@ impl<F: 'static> Stream<F> {
     pub(super) fn take_held(&mut self) -> Option<F> {
         // Nearly always nothing is held (no gap): no tree walk for it (and no reorder
         // buffer allocated for it).
-        if self.reorder.is_empty() {
+        if self.q.reorder.is_empty() {
             return None;
         }
         let n = self.rcv_next;
-        self.reorder.remove(&n)
+        self.q.reorder.remove(&n)
     }
 
     /// After delivering in order: ack at once every `ack_every` frames or while a gap remains,
     /// otherwise within `ack_delay_ns` (or with the next frame out, or when the loop runs
     /// idle).
     pub(super) fn schedule_ack(&mut self, now: u64, ack_every: u32, ack_delay_ns: u64) {
-        if self.ack_owed >= ack_every || !self.reorder.is_empty() {
+        if self.ack_owed >= ack_every || !self.q.reorder.is_empty() {
             self.ack_now = true;
         } else if self.ack_due.is_none() {
-            self.ack_due = Some(now + ack_delay_ns);
+            self.ack_due = Due::at(now + ack_delay_ns);
         }
     }
 
     /// Whether a standalone ack is due.
     pub(super) fn ack_due_at(&self, now: u64) -> bool {
-        self.ack_now || self.ack_due.is_some_and(|t| now >= t)
+        self.ack_now || self.ack_due.get().is_some_and(|t| now >= t)
     }
 
     /// The selective ack of the frames held beyond the gap.
     pub(super) fn sack(&self) -> AckRepr {
         let mut a = AckRepr::default();
-        for &s in self.reorder.keys() {
+        for &s in self.q.reorder.keys() {
             a.set(s.wrapping_sub(self.rcv_next).wrapping_sub(1));
         }
         a
@@ -607,7 +699,7 @@ impl<F: 'static> Stream<F> {
     /// A standalone ack went out.
     pub(super) fn acked(&mut self) {
         self.ack_owed = 0;
-        self.ack_due = None;
+        self.ack_due = Due::NONE;
         self.ack_now = false;
     }
 
@@ -634,15 +726,15 @@ impl<F: 'static> Stream<F> {
         };
         let mut piggybacked = false;
         // Retransmissions first: they hold up the receiver's in-order delivery.
-        while src.room() && !self.resend.is_empty() {
-            let Some(seq) = self.resend.pop_front() else {
+        while src.room() && !self.q.resend.is_empty() {
+            let Some(seq) = self.q.resend.pop_front() else {
                 break;
             };
-            let Some(front) = self.unacked.front() else {
+            let Some(front) = self.q.unacked.front() else {
                 continue;
             };
             let i = seq.wrapping_sub(front.seq) as usize;
-            let Some(d) = self.unacked.get_mut(i) else {
+            let Some(d) = self.q.unacked.get_mut(i) else {
                 continue;
             };
             d.queued = false;
@@ -658,7 +750,7 @@ impl<F: 'static> Stream<F> {
             };
             match src.emit(&d) {
                 Emit::Sent => {
-                    if let Some(x) = self.unacked.get_mut(i) {
+                    if let Some(x) = self.q.unacked.get_mut(i) {
                         x.retries += 1;
                         x.last_sent = now;
                     }
@@ -668,16 +760,16 @@ impl<F: 'static> Stream<F> {
                 }
                 Emit::NoBuffer => {
                     // Out of frames: try again next pass, nothing counted as sent.
-                    if let Some(x) = self.unacked.get_mut(i) {
+                    if let Some(x) = self.q.unacked.get_mut(i) {
                         x.queued = true;
                     }
-                    self.resend.push_front(seq);
+                    self.q.resend.push_front(seq);
                     break;
                 }
                 Emit::Gone => {
                     // Its operation failed after the frame went out: the receiver still needs
                     // the sequence number, so it becomes a no-op frame.
-                    if let Some(x) = self.unacked.get_mut(i) {
+                    if let Some(x) = self.q.unacked.get_mut(i) {
                         *x = TxDesc {
                             seq,
                             first_sent: x.first_sent,
@@ -686,18 +778,18 @@ impl<F: 'static> Stream<F> {
                             ..TxDesc::new(Kind::Ping, 0)
                         };
                     }
-                    self.resend.push_front(seq);
+                    self.q.resend.push_front(seq);
                 }
             }
         }
-        while src.room() && self.unacked.len() < limit {
+        while src.room() && self.q.unacked.len() < limit {
             let Some(mut d) = self.next_new() else {
                 break;
             };
             d.seq = self.next_seq;
             d.first_sent = now;
             d.last_sent = now;
-            let n = self.unacked.len() + 1;
+            let n = self.q.unacked.len() + 1;
             if low_credit || n == limit || n == limit - limit / 4 {
                 d.flags |= wire::FLAG_ACK_NOW;
             }
@@ -708,7 +800,7 @@ impl<F: 'static> Stream<F> {
             match src.emit(&d) {
                 Emit::Sent => {
                     self.next_seq = self.next_seq.wrapping_add(1);
-                    self.unacked.push_back(d);
+                    self.q.unacked.push_back(d);
                     out.frames += 1;
                     piggybacked = true;
                 }
@@ -721,8 +813,8 @@ impl<F: 'static> Stream<F> {
         }
         if piggybacked {
             self.ack_owed = 0;
-            self.ack_due = None;
-            if self.reorder.is_empty() {
+            self.ack_due = Due::NONE;
+            if self.q.reorder.is_empty() {
                 self.ack_now = false;
             }
         }
@@ -746,10 +838,10 @@ impl<F: 'static> Stream<F> {
         };
         // Frames at the front are acknowledged selectively only in the rare case of an ack
         // lost behind a later one: skip a few at most.
-        let Some(oldest) = self.unacked.iter().take(RTO_BURST).position(|d| !d.acked) else {
+        let Some(oldest) = self.q.unacked.iter().take(RTO_BURST).position(|d| !d.acked) else {
             return scan;
         };
-        let d = &self.unacked[oldest];
+        let d = &self.q.unacked[oldest];
         if now.saturating_sub(d.first_sent) > timeout {
             scan.dead = true;
             return scan;

@@ -151,7 +151,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             }
             PeerState::Connected => {}
         }
-        if peer.stream.ack_due.is_some_and(|t| now >= t) {
+        if peer.stream.ack_due.get().is_some_and(|t| now >= t) {
             self.mark_active(p);
         }
         let peer = &mut self.peers[p];
@@ -165,7 +165,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // Operations waiting on a peer that has gone quiet: make it answer, so a dead or
         // restarted peer is noticed (by the deadline, or by its reset).
         if peer.waiting_on_peer()
-            && peer.stream.unacked.is_empty()
+            && peer.stream.q.unacked.is_empty()
             && !peer.stream.has_new()
             && now.saturating_sub(peer.conn.last_rx) > timeout / 4
         {
@@ -175,7 +175,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         // A receiver waiting on data from a silent peer gives up too.
         if !dead
-            && (!peer.msgs.pulls.is_empty() || peer.msgs.in_eager.is_some())
+            && (!peer.msgs.q.pulls.is_empty() || peer.msgs.in_eager.is_some())
             && now.saturating_sub(peer.conn.last_rx) > timeout
         {
             dead = true;
@@ -227,11 +227,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if s.ack_now || p.conn.connect_ack_owed || s.has_tx() {
                 return 0;
             }
-            if let Some(t) = s.ack_due {
+            if let Some(t) = s.ack_due.get() {
                 let t = self.idle_ack_at().map_or(t, |q| q.min(t));
                 budget = budget.min(t.saturating_sub(now));
             }
-            if !s.unacked.is_empty() || p.waiting_on_peer() {
+            if !s.q.unacked.is_empty() || p.waiting_on_peer() {
                 budget = budget.min(scan);
             }
         }

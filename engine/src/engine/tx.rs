@@ -90,14 +90,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let peer = &self.peers[p];
             let (conn, stream) = (&peer.conn, &peer.stream);
             let new = conn.state == PeerState::Connected && stream.has_new();
-            let room = (stream.unacked.len() as u32) < self.cfg.window.min(conn.remote_window);
+            let room = (stream.q.unacked.len() as u32) < self.cfg.window.min(conn.remote_window);
             if new && !room {
                 self.stats.tx_window_full += 1;
             }
             let more = conn.state == PeerState::Connecting
                 || stream.probe
                 || stream.probe_reply
-                || !stream.resend.is_empty()
+                || !stream.q.resend.is_empty()
                 || (new && room);
             // An ack owed and not due yet (the visit would have sent it): visited again at
             // its time, not by every pass until then.
@@ -155,15 +155,15 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if state == PeerState::Connecting
                 && peer.conn.connect_tries > 0
                 && peer.credit.used > 0
-                && peer.stream.unacked.is_empty()
+                && peer.stream.q.unacked.is_empty()
                 && peer.stream.has_new()
             {
                 sent += self.transmit_stream(link, p, now, budget);
                 // Its ack waits for the handshake (the Connect may be resent meanwhile): it
                 // gives no RTT sample, as if resent (Karn).
                 let s = &mut self.peers[p].stream;
-                if !s.unacked.is_empty() {
-                    for d in s.unacked.iter_mut() {
+                if !s.q.unacked.is_empty() {
+                    for d in s.q.unacked.iter_mut() {
                         d.retries = d.retries.max(1);
                     }
                 }
@@ -196,7 +196,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if ack && self.tx.len() < budget {
             // The selective ack only when frames are missing: an ack without it reads as
             // "nothing held beyond the cumulative ack".
-            let gaps = !stream.reorder.is_empty();
+            let gaps = !stream.q.reorder.is_empty();
             if !gaps && !stream.probe_reply {
                 // The common ack, under the compact header.
                 if self.emit_short_ack(link, p) {
@@ -254,8 +254,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             || conn.connect_ack_owed
             || stream.probe
             || stream.probe_reply
-            || !stream.reorder.is_empty()
-            || !stream.resend.is_empty()
+            || !stream.q.reorder.is_empty()
+            || !stream.q.resend.is_empty()
             || stream.has_new()
             || !plain_ack_due(stream, quiet, now)
         {
@@ -328,7 +328,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         {
             return false;
         }
-        debug_assert!(s.reorder.is_empty() && s.resend.is_empty() && !s.has_new());
+        debug_assert!(s.q.reorder.is_empty() && s.q.resend.is_empty() && !s.has_new());
         let Some(buf) = short_ack_frame(link, peer, *mac, flags) else {
             return false;
         };

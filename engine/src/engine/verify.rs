@@ -168,7 +168,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if self.peers[p].conn.state == PeerState::Idle {
             self.start_connect(p, self.now);
         }
-        self.peers[p].msgs.waiting.push_back(id);
+        self.peers[p].msgs.q.waiting.push_back(id);
         if self.peers[p].conn.state == PeerState::Connected {
             self.flush_waiting(p);
         }

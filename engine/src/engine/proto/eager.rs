@@ -239,7 +239,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The receiver matched a synchronous send.
     pub(super) fn on_matched(&mut self, p: usize, msg_id: u32) {
-        if let Some(&id) = self.peers[p].msgs.sends.get(&msg_id)
+        if let Some(&id) = self.peers[p].msgs.q.sends.get(&msg_id)
             && let Some(s) = self.reqs.send_mut(id)
         {
             s.matched = true;

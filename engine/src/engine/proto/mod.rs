@@ -21,8 +21,8 @@ use crate::wire::{self, Kind, Repr};
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Moves the sends that waited for the connection onto the wire queue, in order.
     pub(in crate::engine) fn flush_waiting(&mut self, p: usize) {
-        while !self.peers[p].msgs.waiting.is_empty()
-            && let Some(id) = self.peers[p].msgs.waiting.pop_front()
+        while !self.peers[p].msgs.q.waiting.is_empty()
+            && let Some(id) = self.peers[p].msgs.q.waiting.pop_front()
         {
             self.queue_send(p, id);
         }
@@ -95,7 +95,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // Only sends a frame will name by message id (the receiver's Matched, Pull or Fin)
         // are kept by it: a standard eager send is reached through its frames' descriptors.
         if s.sync || s.rndv {
-            peer.msgs.sends.insert(s.msg_id, id);
+            peer.msgs.q.sends.insert(s.msg_id, id);
         }
     }
 
@@ -132,7 +132,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         if self.peers[p].mac != self.mac {
             return false;
         }
-        let Some(&id) = self.peers[p].msgs.sends.get(&msg_id) else {
+        let Some(&id) = self.peers[p].msgs.q.sends.get(&msg_id) else {
             return false;
         };
         let Some(s) = self.reqs.send_mut(id) else {

@@ -71,7 +71,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             asked: 0,
             got: 0,
         };
-        self.peers[p].msgs.pulls.insert(msg_id, id);
+        self.peers[p].msgs.q.pulls.insert(msg_id, id);
         self.pull_wait.push_back(id);
         self.pump_pulls(p);
         // A zero-byte pull (truncated to nothing) finishes at once.
@@ -185,7 +185,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             } = r.state
         {
             let msgs = &mut self.peers[peer].msgs;
-            msgs.pulls.remove(&msg_id);
+            msgs.q.pulls.remove(&msg_id);
             let left = asked.saturating_sub(got).min(u32::MAX as u64) as u32;
             msgs.pull_inflight = msgs.pull_inflight.saturating_sub(left);
         }
@@ -239,7 +239,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The receiver asks for a block of a rendezvous send: queue its fragments.
     pub(super) fn on_pull(&mut self, p: usize, r: &Repr) {
         let frag = self.peers[p].conn.pull_frag() as u64;
-        let Some(&id) = self.peers[p].msgs.sends.get(&r.msg_id) else {
+        let Some(&id) = self.peers[p].msgs.q.sends.get(&r.msg_id) else {
             self.stats.drop_unknown_msg += 1;
             return;
         };
@@ -285,7 +285,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         length: u32,
         f: L::Frame,
     ) {
-        let Some(&id) = self.peers[p].msgs.pulls.get(&msg_id) else {
+        let Some(&id) = self.peers[p].msgs.q.pulls.get(&msg_id) else {
             self.stats.drop_unknown_msg += 1;
             return;
         };
@@ -326,7 +326,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The receiver has the whole message: the send completes. Flagged NO_ENDPOINT: no
     /// endpoint there takes it, and the send fails.
     pub(super) fn on_fin(&mut self, p: usize, r: &Repr) {
-        let Some(&id) = self.peers[p].msgs.sends.get(&r.msg_id) else {
+        let Some(&id) = self.peers[p].msgs.q.sends.get(&r.msg_id) else {
             return;
         };
         if r.flags & wire::FLAG_NO_ENDPOINT != 0 {

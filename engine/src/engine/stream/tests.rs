@@ -32,7 +32,7 @@ fn control_and_messages_go_ahead_of_bulk_data_in_their_own_order() {
     assert!(out.0[4..].iter().all(|&k| k == Kind::PullData));
     assert_eq!(out.0.len(), 104);
     // Sequence numbers follow the order sent.
-    let seqs: Vec<u32> = s.unacked.iter().map(|d| d.seq).collect();
+    let seqs: Vec<u32> = s.q.unacked.iter().map(|d| d.seq).collect();
     assert_eq!(seqs, (0..104).collect::<Vec<u32>>());
 }
 
@@ -54,17 +54,17 @@ fn a_reply_to_an_earlier_probe_resends_nothing_sent_since() {
     let mut done = Vec::new();
     // The reply to probe 1: the receiver had seq 0..4 then; 4..8 are on their way.
     s.on_ack(4, None, Some(1), 500, 1_000_000, &mut done);
-    assert_eq!(s.unacked.len(), 4, "seq 0..4 acknowledged");
+    assert_eq!(s.q.unacked.len(), 4, "seq 0..4 acknowledged");
     assert!(
-        s.resend.is_empty(),
+        s.q.resend.is_empty(),
         "frames sent after probe 1 are not lost"
     );
     // The reply to probe 2 with the same ack: 4..8 were sent before it, so lost.
     s.on_ack(4, None, Some(2), 600, 1_000_000, &mut done);
-    assert_eq!(s.resend.iter().copied().collect::<Vec<_>>(), [4, 5, 6, 7]);
+    assert_eq!(s.q.resend.iter().copied().collect::<Vec<_>>(), [4, 5, 6, 7]);
     // A second reply does not queue them twice.
     s.on_ack(4, None, Some(2), 700, 1_000_000, &mut done);
-    assert_eq!(s.resend.len(), 4);
+    assert_eq!(s.q.resend.len(), 4);
 }
 
 #[test]
@@ -78,11 +78,11 @@ fn an_ack_samples_the_newest_frame_it_acknowledges_that_went_out_once() {
             s.transmit(&mut out, t, 1024, true);
         }
         if retried_last {
-            s.unacked[2].retries = 1;
+            s.q.unacked[2].retries = 1;
         }
         let mut done = Vec::new();
         s.on_ack(3, None, None, 1_000, 1_000_000, &mut done);
-        assert!(s.unacked.is_empty());
+        assert!(s.q.unacked.is_empty());
         assert_eq!(s.rtt.srtt(), want, "last frame retried: {retried_last}");
     }
     // The newest frame did not ask for its ack at once: the receiver may have held the ack
@@ -92,8 +92,11 @@ fn an_ack_samples_the_newest_frame_it_acknowledges_that_went_out_once() {
     s.transmit(&mut out, 100, 1024, true);
     s.queue(TxDesc::new(Kind::Small, 0));
     s.transmit(&mut out, 200, 1024, false);
-    assert_eq!(s.unacked[0].flags & wire::FLAG_ACK_NOW, wire::FLAG_ACK_NOW);
-    assert_eq!(s.unacked[1].flags & wire::FLAG_ACK_NOW, 0);
+    assert_eq!(
+        s.q.unacked[0].flags & wire::FLAG_ACK_NOW,
+        wire::FLAG_ACK_NOW
+    );
+    assert_eq!(s.q.unacked[1].flags & wire::FLAG_ACK_NOW, 0);
     s.on_ack(2, None, None, 5_000, 1_000_000, &mut Vec::new());
     assert_eq!(s.rtt.srtt(), 0);
     // Nothing sent after the last timeout: no sample.
@@ -139,12 +142,12 @@ fn frames_that_fill_the_window_and_resends_ask_for_their_ack_at_once() {
         s.queue(TxDesc::new(Kind::Small, 0));
     }
     s.transmit(&mut out, 100, 8, false);
-    let flagged: Vec<u32> = s
-        .unacked
-        .iter()
-        .filter(|d| d.flags & wire::FLAG_ACK_NOW != 0)
-        .map(|d| d.seq)
-        .collect();
+    let flagged: Vec<u32> =
+        s.q.unacked
+            .iter()
+            .filter(|d| d.flags & wire::FLAG_ACK_NOW != 0)
+            .map(|d| d.seq)
+            .collect();
     // The 6th frame fills three quarters of a window of 8, the 8th all of it.
     assert_eq!(flagged, [5, 7]);
     // A resend asks for its ack at once.
@@ -158,8 +161,8 @@ fn frames_that_fill_the_window_and_resends_ask_for_their_ack_at_once() {
             Emit::Sent
         }
     }
-    s.unacked[1].queued = true;
-    s.resend.push_back(1);
+    s.q.unacked[1].queued = true;
+    s.q.resend.push_back(1);
     let mut src = Flags(Vec::new());
     s.transmit(&mut src, 200, 8, false);
     assert_eq!(src.0, [wire::FLAG_ACK_NOW]);
