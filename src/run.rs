@@ -189,6 +189,15 @@ pub fn mpirun_command(
     {
         cmd.args(["--mca", "btl_vader_backing_directory"]).arg(&shm);
     }
+    // Open MPI's session directory (`ompi.<host>.<uid>/pid.<mpirun's pid>/`, its PMIx
+    // segments among it) in the cluster's directory too, where the program does not choose
+    // one: mpirun removes it when it finishes, but not when a job is interrupted (Ctrl-C
+    // at the terminal, `tigon demo` stopped: seen left in /tmp each time), and the
+    // cluster's directory goes with the run (or with the next run, after a SIGKILL). The
+    // ranks' own TMPDIR stays the user's.
+    if !extra.iter().any(|a| a.contains("orte_tmpdir_base")) {
+        cmd.args(["--mca", "orte_tmpdir_base"]).arg(&cluster.dir);
+    }
     cmd.args(extra);
     let n = cluster.nodes.len();
     let mut first = true;

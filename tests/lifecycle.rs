@@ -32,10 +32,6 @@ struct Launcher {
 }
 
 impl Launcher {
-    fn start(args: &[&str]) -> Launcher {
-        Launcher::start_in(args, None)
-    }
-
     /// Started with `TMPDIR` = `tmp` when given: its scratch directory lands there.
     fn start_in(args: &[&str], tmp: Option<&Path>) -> Launcher {
         check_mtl_built();
@@ -194,6 +190,17 @@ impl Drop for PrivateTmp {
     }
 }
 
+impl PrivateTmp {
+    /// What is in it (a launcher run with it as its TMPDIR should leave nothing: its scratch
+    /// directory, and Open MPI's session directory, which mpirun leaves behind when a job is
+    /// interrupted unless told to put it in that scratch directory).
+    fn entries(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(&self.0)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    }
+}
+
 /// `tigon run` SIGKILLed mid-transfer on memif, then on veth: its agents, mpirun and ranks
 /// die with it. What it leaves (its scratch directory; on veth its namespaces) is named with
 /// its pid: the next `tigon run` removes the first one's, `make clean-netns` the second's,
@@ -332,15 +339,19 @@ fn sigkill_takes_every_child_along() {
 #[test]
 fn terminal_ctrl_c_stops_the_job_then_the_agents() {
     let order = program("order");
-    let mut job = Launcher::start(&[
-        "run",
-        "--stats",
-        "-np",
-        "2",
-        "--",
-        order.to_str().unwrap(),
-        "1000000",
-    ]);
+    let scratch = PrivateTmp::new();
+    let mut job = Launcher::start_in(
+        &[
+            "run",
+            "--stats",
+            "-np",
+            "2",
+            "--",
+            order.to_str().unwrap(),
+            "1000000",
+        ],
+        Some(&scratch.0),
+    );
     let pid = job.pid();
     let (ranks, all) = job.wait_for(&order, 2);
     signal("INT", &format!("-{pid}"));
@@ -370,10 +381,15 @@ fn terminal_ctrl_c_stops_the_job_then_the_agents() {
         "expected both agents' counters after Ctrl-C:\n{err}"
     );
     assert!(leftovers(pid).is_empty(), "{:#?}", leftovers(pid));
+    assert_eq!(
+        scratch.entries(),
+        Vec::<PathBuf>::new(),
+        "left in its TMPDIR"
+    );
 }
 
 /// `tigon demo` stopped mid-NetPIPE by SIGTERM, then by Ctrl-C (its process group): exit 130,
-/// no process, directory or socket of it left.
+/// no process, directory or socket of it left, Open MPI's session directory included.
 #[test]
 fn demo_stopped_leaves_nothing() {
     let np = Path::new("/usr/bin/NPopenmpi");
@@ -382,7 +398,8 @@ fn demo_stopped_leaves_nothing() {
         "NetPIPE missing (apt-get install netpipe-openmpi)"
     );
     for (sig, group) in [("TERM", false), ("INT", true)] {
-        let mut demo = Launcher::start(&["demo", "--upper", "4194304"]);
+        let scratch = PrivateTmp::new();
+        let mut demo = Launcher::start_in(&["demo", "--upper", "4194304"], Some(&scratch.0));
         let pid = demo.pid();
         let (_, all) = demo.wait_for(np, 2);
         let target = if group {
@@ -400,5 +417,7 @@ fn demo_stopped_leaves_nothing() {
         );
         assert_eq!(code, Some(130), "SIG{sig}:\n{}", demo.output());
         assert!(leftovers(pid).is_empty(), "SIG{sig}: {:#?}", leftovers(pid));
+        let left = scratch.entries();
+        assert!(left.is_empty(), "SIG{sig}: left in its TMPDIR: {left:?}");
     }
 }

@@ -217,9 +217,11 @@ pub fn demo(a: &DemoArgs) -> Result<(), String> {
                     stats = tigon_client::agent_stats(&cluster.nodes[0].socket).ok();
                     res
                 }
-                Column::TcpLo => run_netpipe(peers::tcp_loopback(&prog)?, &out, &what, &[]),
+                Column::TcpLo => {
+                    run_netpipe(peers::tcp_loopback(&prog, &scratch.0)?, &out, &what, &[])
+                }
                 Column::TcpVeth => run_netpipe(veth.command(&prog)?, &out, &what, &[]),
-                Column::Vader => run_netpipe(peers::vader(&prog)?, &out, &what, &[]),
+                Column::Vader => run_netpipe(peers::vader(&prog, &scratch.0)?, &out, &what, &[]),
             };
             match result {
                 Ok(points) => {

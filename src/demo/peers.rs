@@ -38,19 +38,26 @@ fn rank_exec(cmd: &mut Command) -> Result<(), String> {
     Ok(())
 }
 
+/// Open MPI's session directory under `dir` (the demo's scratch directory, removed with
+/// it): mpirun leaves it behind when a run is interrupted, as `tigon run` does (run.rs).
+fn session_dir(cmd: &mut Command, dir: &Path) {
+    cmd.args(["--mca", "orte_tmpdir_base"]).arg(dir);
+}
+
 /// ob1/tcp between two ranks on loopback (the benchmarks' command), yielding when idle.
-pub fn tcp_loopback(program: &[String]) -> Result<Command, String> {
-    ob1_local(Transport::Tcp, program)
+pub fn tcp_loopback(program: &[String], dir: &Path) -> Result<Command, String> {
+    ob1_local(Transport::Tcp, program, dir)
 }
 
 /// ob1/vader: two ranks over shared memory (the benchmarks' command), yielding when idle.
-pub fn vader(program: &[String]) -> Result<Command, String> {
-    ob1_local(Transport::Vader, program)
+pub fn vader(program: &[String], dir: &Path) -> Result<Command, String> {
+    ob1_local(Transport::Vader, program, dir)
 }
 
-fn ob1_local(t: Transport, program: &[String]) -> Result<Command, String> {
+fn ob1_local(t: Transport, program: &[String], dir: &Path) -> Result<Command, String> {
     let mut cmd = tigon_bench::mpi::ob1_command(t, &[]);
     cmd.args(["--mca", "mpi_yield_when_idle", "1"]);
+    session_dir(&mut cmd, dir);
     rank_exec(&mut cmd)?;
     cmd.args(program);
     tigon_shm::process::die_with_parent(&mut cmd, libc::SIGTERM);
@@ -63,6 +70,7 @@ fn ob1_local(t: Transport, program: &[String]) -> Result<Command, String> {
 pub struct TcpVeth {
     pair: VethPair,
     agent: PathBuf,
+    dir: PathBuf,
 }
 
 impl TcpVeth {
@@ -96,7 +104,11 @@ impl TcpVeth {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| e.to_string())?;
-        Ok(TcpVeth { pair, agent })
+        Ok(TcpVeth {
+            pair,
+            agent,
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// ob1/tcp with one rank in each namespace.
@@ -109,6 +121,7 @@ impl TcpVeth {
             .arg(&self.agent)
             .args(["--mca", "oob_tcp_if_include", VETH_SUBNET])
             .args(["--mca", "btl_tcp_if_include", VETH_SUBNET]);
+        session_dir(&mut cmd, &self.dir);
         rank_exec(&mut cmd)?;
         cmd.args(program);
         // `ip netns exec` becomes mpirun (exec), which keeps the parent-death signal.
