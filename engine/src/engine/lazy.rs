@@ -1,7 +1,8 @@
 //! Collections a peer holds only while it is busy: `Lazy<T>` is one word, empty until the
 //! first change allocates the collection (or a group of them, as a stream's queues), and
-//! given back by [`Lazy::release`] when the peer goes idle. Reading an empty one allocates nothing (it reads a shared empty collection), so
-//! 65,536 idle peers hold no collections at all.
+//! given back by [`Lazy::release`] when the peer goes idle. Reading an empty one allocates
+//! nothing (it reads a shared empty collection), so 65,536 idle peers hold no collections at
+//! all.
 
 use crate::fasthash::FastMap;
 use std::collections::{BTreeMap, VecDeque};
