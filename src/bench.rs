@@ -321,7 +321,15 @@ fn run_mpi(
         let res = match t {
             Transport::Tigon => run_tigon(&program, fabric, memif_zero_copy, layout, stall),
             _ => {
-                let mut cmd = mpi::ob1_command(t, &program);
+                let mut cmd = mpi::ob1_command(t, &[]);
+                // Open MPI's session directory in one of the bench's own, removed after the
+                // run: mpirun leaves it behind when the run is cut short (stalled, or the
+                // bench stopped), as it does under `tigon run` (run.rs).
+                let session =
+                    std::env::temp_dir().join(format!("tigon-bench-ompi-{}", std::process::id()));
+                cmd.args(["--mca", "orte_tmpdir_base"])
+                    .arg(&session)
+                    .args(&program);
                 // The same malloc as tigon's ranks get from `tigon rank-exec` (huge pages):
                 // mpirun's local ranks inherit its environment.
                 let current = std::env::var("GLIBC_TUNABLES").ok();
@@ -330,6 +338,7 @@ fn run_mpi(
                 }
                 let line = mpi::command_line(&cmd);
                 let (recs, err, secs) = mpi::run_program(t.label(), cmd, stall);
+                let _ = std::fs::remove_dir_all(&session);
                 let mut r = mpi::summarize(t, line, &recs);
                 r.error = err;
                 r.seconds = secs;
