@@ -22,50 +22,6 @@ fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-/// One sequenced frame to (re)build: enough to emit it again with the same sequence number.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct TxDesc {
-    pub(super) seq: u32,
-    pub(super) kind: Kind,
-    pub(super) flags: u16,
-    pub(super) req: Option<ReqId>,
-    pub(super) msg_id: u32,
-    pub(super) frag_index: u32,
-    pub(super) frag_count: u32,
-    pub(super) offset: u64,
-    pub(super) len: u32,
-    pub(super) total: u64,
-    pub(super) first_sent: u64,
-    pub(super) last_sent: u64,
-    pub(super) retries: u32,
-    pub(super) acked: bool,
-    /// On the resend queue (so queueing it is O(1), not a search of the queue).
-    pub(super) queued: bool,
-}
-
-impl TxDesc {
-    /// A one-fragment frame of `kind` about message `msg_id`, with no data.
-    pub(super) fn new(kind: Kind, msg_id: u32) -> Self {
-        TxDesc {
-            seq: 0,
-            kind,
-            flags: 0,
-            req: None,
-            msg_id,
-            frag_index: 0,
-            frag_count: 1,
-            offset: 0,
-            len: 0,
-            total: 0,
-            first_sent: 0,
-            last_sent: 0,
-            retries: 0,
-            acked: false,
-            queued: false,
-        }
-    }
-}
-
 /// What became of a descriptor handed to a [`FrameSource`].
 pub(super) enum Emit {
     Sent,
@@ -771,7 +727,7 @@ impl<F: 'static> Stream<F> {
 }
 
 mod queues;
-pub(super) use queues::{Due, Queues};
+pub(super) use queues::{Due, Queues, TxDesc};
 
 #[cfg(test)]
 mod tests;

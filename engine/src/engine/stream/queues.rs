@@ -1,9 +1,55 @@
-//! The parts of a stream that let a peer fit three cache lines (peer.rs, `Peer`): its
-//! collections behind one pointer, and the ack's due time in 8 bytes.
+//! What a stream keeps of its frames: their descriptors ([`TxDesc`]) and the queues that hold
+//! them, behind one pointer in the peer, and the ack's due time in 8 bytes; the last two are
+//! what let a peer fit three cache lines (peer.rs, `Peer`).
 
-use super::TxDesc;
 use crate::engine::lazy::{Empty, give_back};
+use crate::engine::types::ReqId;
+use crate::wire::Kind;
 use std::collections::{BTreeMap, VecDeque};
+
+/// One sequenced frame to (re)build: enough to emit it again with the same sequence number.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::engine) struct TxDesc {
+    pub(in crate::engine) seq: u32,
+    pub(in crate::engine) kind: Kind,
+    pub(in crate::engine) flags: u16,
+    pub(in crate::engine) req: Option<ReqId>,
+    pub(in crate::engine) msg_id: u32,
+    pub(in crate::engine) frag_index: u32,
+    pub(in crate::engine) frag_count: u32,
+    pub(in crate::engine) offset: u64,
+    pub(in crate::engine) len: u32,
+    pub(in crate::engine) total: u64,
+    pub(in crate::engine) first_sent: u64,
+    pub(in crate::engine) last_sent: u64,
+    pub(in crate::engine) retries: u32,
+    pub(in crate::engine) acked: bool,
+    /// On the resend queue (so queueing it is O(1), not a search of the queue).
+    pub(in crate::engine) queued: bool,
+}
+
+impl TxDesc {
+    /// A one-fragment frame of `kind` about message `msg_id`, with no data.
+    pub(in crate::engine) fn new(kind: Kind, msg_id: u32) -> Self {
+        TxDesc {
+            seq: 0,
+            kind,
+            flags: 0,
+            req: None,
+            msg_id,
+            frag_index: 0,
+            frag_count: 1,
+            offset: 0,
+            len: 0,
+            total: 0,
+            first_sent: 0,
+            last_sent: 0,
+            retries: 0,
+            acked: false,
+            queued: false,
+        }
+    }
+}
 
 /// When the ack owed falls due, if one is: an `Option<u64>` in 8 bytes (`u64::MAX` for none;
 /// a time is never that late), which is what lets a peer fit three cache lines (peer.rs).
