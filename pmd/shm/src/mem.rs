@@ -63,7 +63,7 @@ pub fn prefetch_bytes<T>(r: &T, range: core::ops::Range<usize>) {
         let p = r as *const T as *const i8;
         // With `range` known at compile time (a layout's constant) this is a fixed run of
         // requests, no loop.
-        each_request(range.start, end, |off| {
+        each_request(range.start, end, align_of::<T>() >= LINE, |off| {
             // SAFETY: a prefetch is a hint: it reads nothing into the program, never faults
             // and changes no memory; the addresses lie within the live object `r`.
             unsafe {
@@ -79,15 +79,21 @@ pub fn prefetch_bytes<T>(r: &T, range: core::ops::Range<usize>) {
 
 /// The offsets [`prefetch_bytes`] asks for to cover bytes `start..end` (`start < end`): one
 /// a line's length apart from the first byte, and the last byte (a range not aligned to lines
-/// ends in one more line).
+/// ends in one more line). Of an object whose lines start where its offsets' do (`aligned`: a
+/// line-aligned type), the last byte only if it lies past the line last asked for: no second
+/// request for one line.
 #[inline(always)]
-fn each_request(start: usize, end: usize, mut f: impl FnMut(usize)) {
+fn each_request(start: usize, end: usize, aligned: bool, mut f: impl FnMut(usize)) {
     let mut off = start;
+    let mut last = start;
     while off < end {
         f(off);
+        last = off;
         off += LINE;
     }
-    f(end - 1);
+    if !aligned || (end - 1) / LINE != last / LINE {
+        f(end - 1);
+    }
 }
 
 /// Tables smaller than this gain nothing from huge pages (2 MiB on x86_64).
@@ -160,11 +166,16 @@ mod tests {
                 let mut want: Vec<usize> = (start..end).map(|b| (at + b) / LINE).collect();
                 want.dedup();
                 let mut got = Vec::new();
-                each_request(start, end, |o| got.push((at + o) / LINE));
+                each_request(start, end, false, |o| got.push((at + o) / LINE));
                 assert!(got.len() <= want.len() + 1, "{start}..{end} at {at}");
                 got.dedup();
                 assert_eq!(got, want, "{start}..{end} at {at}");
             }
+            // A line-aligned object: each of its lines asked for once.
+            let want: Vec<usize> = (start / LINE..=(end - 1) / LINE).collect();
+            let mut got = Vec::new();
+            each_request(start, end, true, |o| got.push(o / LINE));
+            assert_eq!(got, want, "{start}..{end} aligned");
         }
     }
 }
