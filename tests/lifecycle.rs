@@ -32,8 +32,8 @@ struct Launcher {
 }
 
 impl Launcher {
-    /// Started with `TMPDIR` = `tmp` when given: its scratch directory lands there.
-    fn start_in(args: &[&str], tmp: Option<&Path>) -> Launcher {
+    /// Started with `TMPDIR` = `tmp`: its scratch directory lands there.
+    fn start_in(args: &[&str], tmp: &Path) -> Launcher {
         check_mtl_built();
         let base = std::env::temp_dir().join(format!(
             "tigon-lifecycle-{}-{}",
@@ -42,9 +42,7 @@ impl Launcher {
         ));
         let (out, err) = (base.with_extension("out"), base.with_extension("err"));
         let mut c = Command::new(TIGON);
-        if let Some(t) = tmp {
-            c.env("TMPDIR", t);
-        }
+        c.env("TMPDIR", tmp);
         let child = c
             .args(args)
             .process_group(0)
@@ -231,7 +229,7 @@ fn sigkill_takes_every_child_along() {
                 order.to_str().unwrap(),
                 "1000000",
             ],
-            Some(&tmp),
+            &tmp,
         );
         let pid = job.pid();
         let (ranks, all) = job.wait_for(&order, 2);
@@ -350,7 +348,7 @@ fn terminal_ctrl_c_stops_the_job_then_the_agents() {
             order.to_str().unwrap(),
             "1000000",
         ],
-        Some(&scratch.0),
+        &scratch.0,
     );
     let pid = job.pid();
     let (ranks, all) = job.wait_for(&order, 2);
@@ -399,7 +397,7 @@ fn demo_stopped_leaves_nothing() {
     );
     for (sig, group) in [("TERM", false), ("INT", true)] {
         let scratch = PrivateTmp::new();
-        let mut demo = Launcher::start_in(&["demo", "--upper", "4194304"], Some(&scratch.0));
+        let mut demo = Launcher::start_in(&["demo", "--upper", "4194304"], &scratch.0);
         let pid = demo.pid();
         let (_, all) = demo.wait_for(np, 2);
         let target = if group {

@@ -183,6 +183,15 @@ pub(super) struct MsgQueues {
     pub(super) waiting: VecDeque<ReqId>,
 }
 
+impl MsgQueues {
+    /// Drops the buffers of the empty collections (the others are in use).
+    fn give_back_empty(&mut self) {
+        give_back(&mut self.pulls);
+        give_back(&mut self.sends);
+        give_back(&mut self.waiting);
+    }
+}
+
 impl Empty for MsgQueues {
     const EMPTY: &'static Self = &MsgQueues {
         pulls: HashMap::with_hasher(std::hash::BuildHasherDefault::new()),
@@ -335,9 +344,7 @@ impl<F: 'static> Peer<F> {
         }
         self.stream.q.release_if_clear();
         if let Some(q) = self.msgs.q.get_mut() {
-            give_back(&mut q.pulls);
-            give_back(&mut q.sends);
-            give_back(&mut q.waiting);
+            q.give_back_empty();
         }
         self.msgs.q.release_if_clear();
     }
