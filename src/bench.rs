@@ -88,6 +88,11 @@ enum Which {
         /// default: the engine's).
         #[arg(long)]
         max_ack_delay_us: Option<u64>,
+        /// Engine A's longest ack hold while thousands of peers owe one at once, in µs
+        /// (`Config::max_ack_delay_busy_ns`; default: the engine's; at most
+        /// --max-ack-delay-us: never held longer).
+        #[arg(long)]
+        max_ack_delay_busy_us: Option<u64>,
         /// Engine A's clock moves at its native pace per poll and message, not with the
         /// wall clock (for instruction counts under callgrind: `scripts/bench-instr.sh`).
         #[arg(long)]
@@ -215,6 +220,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
             rounds,
             pair,
             max_ack_delay_us,
+            max_ack_delay_busy_us,
             virtual_clock,
         } => {
             if messages == 0 {
@@ -234,8 +240,18 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
                 }
                 return Ok(());
             }
+            for (name, v) in [
+                ("max-ack-delay-us", max_ack_delay_us),
+                ("max-ack-delay-busy-us", max_ack_delay_busy_us),
+            ] {
+                let limit = tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000;
+                if v.is_some_and(|us| us > limit) {
+                    return Err(format!("--{name}: 0 to {limit}"));
+                }
+            }
             let opts = scale::Options {
                 max_ack_delay_us,
+                max_ack_delay_busy_us,
                 virtual_clock,
             };
             let r = scale::run(&peers, messages, rounds, &opts)?;

@@ -138,6 +138,7 @@ fn agent_options_are_checked_before_dpdk() {
         ),
         ("--session-idle-ms", "99999999999", "0 to 86400000"),
         ("--max-ack-delay-us", "50001", "0 to 50000"),
+        ("--max-ack-delay-busy-us", "60000", "0 to 50000"),
         ("--rndv-threshold", "999999999", "0 to 262144"),
         ("--idle-poll-us", "0", "1 to 10000"),
         ("--cpu-latency", "-5", "off"),

@@ -54,6 +54,16 @@ pub struct Config {
     /// at once; synchronous sends complete on Matched, rendezvous on Fin), and a sender
     /// short of window or credit flags its frame for an ack at once.
     pub max_ack_delay_ns: u64,
+    /// The longest an ack is held while at least `ack_busy_peers` peers owe one at once
+    /// (thousands of peers, each sending less than once per `max_ack_delay_ns`: each ack
+    /// would cover one message, an ack frame per message received). Told to each peer in
+    /// this node's acks before it applies to that peer (wire version 8: a sender's
+    /// retransmit timeout allows for it); back to `max_ack_delay_ns` once fewer than half as
+    /// many owe one. The cost: a sparse sender's lost last frame is found that much later.
+    /// At most `wire::ACK_DELAY_LIMIT_NS`; taken as `max_ack_delay_ns` where shorter.
+    pub max_ack_delay_busy_ns: u64,
+    /// See `max_ack_delay_busy_ns`; `usize::MAX`: never.
+    pub ack_busy_peers: usize,
     pub ack_every: u32,
     /// Acks owed go out once the link has been quiet this long (nothing received): long
     /// enough for a rank to answer what it just got (a ping-pong's reply carries the ack, so
@@ -102,6 +112,8 @@ impl Default for Config {
             unexpected_frames: 1024,
             unexpected_rts: 1 << 20,
             max_ack_delay_ns: 5_000_000,
+            max_ack_delay_busy_ns: 40_000_000,
+            ack_busy_peers: 4096,
             ack_every: 16,
             ack_idle_ns: 8_000,
             rto_min_ns: 1_000_000,
@@ -149,6 +161,13 @@ impl Config {
             return Err(format!(
                 "max_ack_delay_ns ({}) is past the protocol's bound, wire::ACK_DELAY_LIMIT_NS ({})",
                 self.max_ack_delay_ns,
+                crate::wire::ACK_DELAY_LIMIT_NS
+            ));
+        }
+        if self.max_ack_delay_busy_ns > crate::wire::ACK_DELAY_LIMIT_NS {
+            return Err(format!(
+                "max_ack_delay_busy_ns ({}) is past the protocol's bound, wire::ACK_DELAY_LIMIT_NS ({})",
+                self.max_ack_delay_busy_ns,
                 crate::wire::ACK_DELAY_LIMIT_NS
             ));
         }

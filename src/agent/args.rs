@@ -59,6 +59,12 @@ pub struct AgentArgs {
     /// advertised to peers at connect, whose retransmit timeouts allow for it [default: 5000].
     #[arg(long)]
     pub max_ack_delay_us: Option<u64>,
+    /// The same while thousands of peers owe an ack at once (each sending less often than
+    /// the delay above, one ack per message otherwise), in microseconds, 0 to 50000; told to
+    /// each peer in an ack before it applies; never shorter than --max-ack-delay-us
+    /// [default: 40000].
+    #[arg(long)]
+    pub max_ack_delay_busy_us: Option<u64>,
     /// With `--idle yield`: keep polling this long after the last work before sleeping, in
     /// microseconds, 0 to 1000000 [default: 0: the polling is charged to the ranks sharing
     /// the core].
@@ -178,6 +184,7 @@ impl AgentArgs {
             peer_timeout_ms,
             session_idle_ms,
             max_ack_delay_us,
+            max_ack_delay_busy_us,
             idle_spin_us,
             idle_poll_us,
             cpu_latency,
@@ -476,6 +483,11 @@ impl AgentArgs {
         if let Some(us) = a.max_ack_delay_us {
             let limit = tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000;
             cfg.max_ack_delay_ns = in_range("max-ack-delay-us", us, 0, limit, " us")? * 1_000;
+        }
+        if let Some(us) = a.max_ack_delay_busy_us {
+            let limit = tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000;
+            cfg.max_ack_delay_busy_ns =
+                in_range("max-ack-delay-busy-us", us, 0, limit, " us")? * 1_000;
         }
         cfg.session_idle_ns = match a.session_idle_ms {
             Some(ms) => {

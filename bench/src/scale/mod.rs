@@ -116,6 +116,9 @@ impl Pair {
         if let Some(d) = opts.max_ack_delay_us {
             cfg.max_ack_delay_ns = d * 1_000;
         }
+        if let Some(d) = opts.max_ack_delay_busy_us {
+            cfg.max_ack_delay_busy_ns = d * 1_000;
+        }
         let mut a = Eng::new(cfg, ma, max_frame, CpuCopy::new(HeapMemory::default()))
             .map_err(|e| format!("engine: {e}"))?;
         let dest = a.open_endpoint(Some(0)).map_err(|e| e.to_string())?;
@@ -236,6 +239,9 @@ impl Rng {
 pub struct Options {
     /// Engine A's `Config::max_ack_delay_ns` in µs (default: the engine's default).
     pub max_ack_delay_us: Option<u64>,
+    /// Engine A's `Config::max_ack_delay_busy_ns` in µs (default: the engine's default; at
+    /// most `max_ack_delay_us`: never longer).
+    pub max_ack_delay_busy_us: Option<u64>,
     /// Engine A's clock moves at its native pace per poll and message (see `Pair::vclock`),
     /// not with the wall clock: for instruction counts under callgrind.
     pub virtual_clock: bool,

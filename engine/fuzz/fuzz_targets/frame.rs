@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use tigon_engine::MacAddr;
 use tigon_engine::wire::{
-    AckRepr, ConnectRepr, Frame, Kind, MIN_FRAME, PullHeader, Repr, SmallHeader,
+    AckFields, AckRepr, ConnectRepr, Frame, Kind, MIN_FRAME, PullHeader, Repr, SmallHeader,
     fill_small_checksum, short_ack, write_short_ack,
 };
 
@@ -60,25 +60,27 @@ fuzz_target!(|data: &[u8]| {
     }
     // A short ack of fields from the input: the in-line writer and the general one agree,
     // and the result parses back to those fields.
-    if let Some(h) = data.first_chunk::<25>() {
+    if let Some(h) = data.first_chunk::<29>() {
         let mac = |at: usize| MacAddr(h[at..at + 6].try_into().expect("6"));
         let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
-        let (dst, src, flags, tag, ack, credit) =
-            (mac(0), mac(6), h[12], word(13), word(17), word(21));
+        let (dst, src, flags) = (mac(0), mac(6), h[12]);
+        let f = AckFields {
+            tag: word(13),
+            hold_us: word(17),
+            ack: word(21),
+            credit: word(25),
+        };
         let mut a = [0u8; MIN_FRAME];
         let mut b = [0u8; MIN_FRAME];
-        assert!(write_short_ack(&mut a, dst, src, flags, tag, ack, credit));
-        assert_eq!(
-            short_ack(&mut b, dst, src, flags, tag, ack, credit),
-            MIN_FRAME
-        );
+        assert!(write_short_ack(&mut a, dst, src, flags, f));
+        assert_eq!(short_ack(&mut b, dst, src, flags, f), MIN_FRAME);
         fill_small_checksum(&mut b);
         assert_eq!(a, b);
         let r =
             Repr::parse(&Frame::new_checked(&a[..]).expect("a short ack checks")).expect("parses");
         assert_eq!(
-            (r.kind, r.tag, r.ack, r.credit),
-            (Some(Kind::ShortAck), tag, ack, credit)
+            (r.kind, r.tag, r.seq, r.ack, r.credit),
+            (Some(Kind::ShortAck), f.tag, f.hold_us, f.ack, f.credit)
         );
     }
 });

@@ -16,7 +16,7 @@ use tigon_engine::net::ipv4::{self, Ipv4Repr};
 use tigon_engine::net::udp::{self, UdpRepr};
 use tigon_engine::net::{DEFAULT_PORT, node_id};
 use tigon_engine::wire::{
-    AckRepr, ConnectRepr, FLAG_ACK_NOW, FLAG_PAYLOAD_CK, FLAG_SYNC as WIRE_SYNC, Frame, Kind, Repr,
+    AckFields, AckRepr, ConnectRepr, FLAG_ACK_NOW, FLAG_PAYLOAD_CK, FLAG_SYNC as WIRE_SYNC, Frame, Kind, Repr,
     short_ack,
 };
 
@@ -177,7 +177,18 @@ pub fn frames() -> Vec<Vec<u8>> {
         frame(k(Kind::Probe), &[]),
     ];
     let mut sa = vec![0u8; 60];
-    short_ack(&mut sa, duet::HW[1], duet::HW[0], 0, 0x5151, 9, 1000);
+    short_ack(
+        &mut sa,
+        duet::HW[1],
+        duet::HW[0],
+        0,
+        AckFields {
+            tag: 0x5151,
+            hold_us: 5_000,
+            ack: 9,
+            credit: 1000,
+        },
+    );
     Frame::new_unchecked(&mut sa[..]).fill_checksum();
     out.push(sa);
     out

@@ -111,7 +111,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             peer.stream.ack_soon();
             self.mark_active(p);
         } else if peer.stream.ack_due.is_none() {
-            peer.stream.ack_due = Due::at(self.now + self.cfg.max_ack_delay_ns);
+            let hold = if peer.stream.hold_long && self.ack_busy {
+                self.cfg.max_ack_delay_busy_ns
+            } else {
+                self.cfg.max_ack_delay_ns
+            };
+            peer.stream.ack_due = Due::at(self.now + hold);
             self.mark_active(p);
         }
         if sync && self.finish_local_send(p, msg_id, Kind::Matched) {

@@ -54,7 +54,10 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // The peer's entry is borrowed once for everything the frame does to it (the
         // connection check, its ack and credit, the receive order); the rest of the engine
         // is reached by its other fields.
-        let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
+        // The ack's longest hold: the busy delay only to a peer told of it (mod.rs,
+        // `ack_hold_ns`; read here, before the peer's entry is borrowed).
+        let every = self.cfg.ack_every;
+        let (delay, busy_delay) = (self.cfg.max_ack_delay_ns, self.ack_hold_ns(true));
         let mut peer = &mut self.peers[p];
         let conn = &mut peer.conn;
         // A frame that rode behind the peer's Connect names none of our connections yet, and
@@ -100,6 +103,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.credit.last_eager_rx = now;
         peer.credit.released = peer.credit.released.wrapping_add(eager_cost(len));
         let stream = &mut peer.stream;
+        let delay = if stream.hold_long { busy_delay } else { delay };
         if stream.ack_due.is_none() {
             stream.ack_due = Due::at(now + delay);
         }

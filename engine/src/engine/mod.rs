@@ -138,14 +138,18 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// many peers, each sending now and then, nearly always), and visits the others as it
     /// visits every active peer (tx.rs, `quick_acks`).
     quick_acks: Vec<usize>,
-    /// Peers owing a delayed ack and nothing else to send, with when it falls due (in that
-    /// order: the delay is one for all), off the active list meanwhile: a peer that sends
+    /// Peers owing a delayed ack and nothing else to send, with when it falls due, off the
+    /// active list meanwhile, in two queues: those held `max_ack_delay_ns` and those held
+    /// the busy delay (`max_ack_delay_busy_ns`), each in due order (one delay for all in it): a peer that sends
     /// often keeps an ack owed nearly all the time, and on the list it would be visited by
     /// every transmit pass until then (16 hot peers: 16 visits a poll). Once its ack is due,
     /// or the link has gone quiet (`ack_idle_ns`), `poll` writes the ack (`delayed_acks_due`)
     /// or puts the peer back on the active list. 8 bytes an entry ([`AckTimer`]): with
     /// 65,536 peers each sending now and then, nearly every peer has one queued.
-    ack_timers: VecDeque<AckTimer>,
+    ack_timers: [VecDeque<AckTimer>; 2],
+    /// Acks are held up to the busy delay (to the peers told so): at least `ack_busy_peers`
+    /// peers owed one at once, and not fewer than half as many since.
+    ack_busy: bool,
     /// Peers with anything timed soon (a connect, frames unacknowledged, an ack due): every
     /// timer pass and the sleep budget visit these, never every peer.
     armed: Vec<usize>,
@@ -216,6 +220,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         use rand::SeedableRng;
         cfg.max_frame = cfg.max_frame.min(link_max_frame);
         cfg.validate()?;
+        // The busy hold is never the shorter one.
+        cfg.max_ack_delay_busy_ns = cfg.max_ack_delay_busy_ns.max(cfg.max_ack_delay_ns);
         let mut rng = rand::rngs::SmallRng::from_entropy();
         Ok(Engine {
             cfg,
@@ -229,7 +235,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             active: Vec::new(),
             active_spare: Vec::new(),
             quick_acks: Vec::new(),
-            ack_timers: VecDeque::new(),
+            ack_timers: [VecDeque::new(), VecDeque::new()],
+            ack_busy: false,
             armed: Vec::new(),
             waits: VecDeque::new(),
             went_idle: VecDeque::new(),
@@ -306,9 +313,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// completions. Returns how much work it did (0: idle). `now` is a monotonic time in ns.
     pub fn poll(&mut self, link: &mut L, now: u64) -> usize {
         self.now = now;
-        if !self.ack_timers.is_empty() && self.peers.len() >= rx::WARM_PEERS {
+        let held = self.ack_timers[0].len() + self.ack_timers[1].len();
+        if held != 0 && self.peers.len() >= rx::WARM_PEERS {
             self.warm_due_acks(now);
         }
+        self.update_ack_busy(held);
         // rx burst → demux → protocol (rx.rs, then conn.rs, credit.rs, proto/)
         let rx = self.receive(link, now);
         // Acks owed go out with traffic, every `ack_every` frames, or once the passes have
@@ -320,7 +329,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else {
             self.idle_since = None;
         }
-        let acks = if self.ack_timers.is_empty() {
+        let acks = if held == 0 {
             0
         } else {
             self.delayed_acks_due(link, now)
@@ -346,6 +355,43 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             .map(|t| t.saturating_add(self.cfg.ack_idle_ns))
     }
 
+    /// Whether acks are held up to the busy delay: `held` peers owe a delayed ack now. On at
+    /// `ack_busy_peers` of them, off below half as many (not back and forth around one
+    /// count).
+    #[inline]
+    fn update_ack_busy(&mut self, held: usize) {
+        let n = self.cfg.ack_busy_peers;
+        if held >= n {
+            self.ack_busy = true;
+        } else if held < n / 2 {
+            self.ack_busy = false;
+        }
+    }
+
+    /// The longest the ack of a frame just received may be held, by what the peer was told
+    /// (`Stream::hold_long`): the busy delay only once both the engine is busy and its last
+    /// standalone ack to the peer said so.
+    #[inline]
+    fn ack_hold_ns(&self, told_long: bool) -> u64 {
+        if told_long && self.ack_busy {
+            self.cfg.max_ack_delay_busy_ns
+        } else {
+            self.cfg.max_ack_delay_ns
+        }
+    }
+
+    /// What a standalone ack announces (µs, wire version 8): the longest this node holds an
+    /// ack from now on; with `Stream::hold_long` set to match by the caller.
+    #[inline]
+    fn ack_hold_announced_us(&self) -> u32 {
+        let ns = if self.ack_busy {
+            self.cfg.max_ack_delay_busy_ns
+        } else {
+            self.cfg.max_ack_delay_ns
+        };
+        (ns / 1_000) as u32
+    }
+
     /// Peer `p` owes a delayed ack and, for now, nothing else: queued to be visited once the
     /// ack is due (`ack_timers`), not on the active list until then.
     #[inline]
@@ -355,8 +401,16 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             && !s.ack_queued
         {
             s.ack_queued = true;
-            self.ack_timers.push_back(AckTimer::new(p, due));
+            let q = self.ack_queue_of(due);
+            self.ack_timers[q].push_back(AckTimer::new(p, due));
         }
+    }
+
+    /// The delayed-ack queue for an ack due at `due`: the busy delay's if further away than
+    /// the other delay reaches (each queue stays in due order).
+    #[inline]
+    fn ack_queue_of(&self, due: u64) -> usize {
+        (due > self.now.saturating_add(self.cfg.max_ack_delay_ns)) as usize
     }
 
     /// Asks the processor for the first [`ACK_AHEAD`] peers whose delayed acks are due now
@@ -371,12 +425,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// receive burst's read-ahead behind them (rx.rs, `receive_warm`).
     #[inline(never)]
     fn warm_due_acks(&self, now: u64) {
-        for &t in self.ack_timers.iter().take(ACK_AHEAD) {
-            if !t.come(now) {
-                break;
-            }
-            if let Some(peer) = self.peers.get(t.slot()) {
-                peer.warm();
+        for q in &self.ack_timers {
+            for &t in q.iter().take(ACK_AHEAD) {
+                if !t.come(now) {
+                    break;
+                }
+                if let Some(peer) = self.peers.get(t.slot()) {
+                    peer.warm();
+                }
             }
         }
     }
@@ -400,51 +456,54 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let mut room = budget;
         // As the transmit pass sets it (the link's, unless configured).
         self.payload_ck = self.cfg.payload_checksum.unwrap_or(!link.frame_check());
-        while let Some(&t) = self.ack_timers.front() {
-            if (!quiet && !t.come(now)) || room == 0 {
-                break;
-            }
-            self.ack_timers.pop_front();
-            // The peer `ACK_AHEAD` entries on, read ahead while this one is visited (the
-            // first ones were asked for at the start of the poll: `warm_due_acks`).
-            if self.peers.len() >= rx::WARM_PEERS
-                && let Some(&u) = self.ack_timers.get(ACK_AHEAD - 1)
-                && u.come(now)
-                && let Some(peer) = self.peers.get(u.slot())
-            {
-                peer.warm();
-            }
-            let p = t.slot();
-            let s = &mut self.peers[p].stream;
-            s.ack_queued = false;
-            match s.ack_due.get() {
-                Some(d) if d > now && !quiet => {
-                    s.ack_queued = true;
-                    if AckTimer::new(p, d).due == t.due {
-                        // This ack, its tick come but not its time (under a tick away): it
-                        // stays first.
-                        self.ack_timers.push_front(t);
-                        break;
-                    }
-                    // A later ack owed (the one queued went out, and a frame came since).
-                    self.ack_timers.push_back(AckTimer::new(p, d));
+        for q in 0..self.ack_timers.len() {
+            while let Some(&t) = self.ack_timers[q].front() {
+                if (!quiet && !t.come(now)) || room == 0 {
+                    break;
                 }
-                Some(_) => {
-                    s.ack_now = true;
-                    room -= 1;
-                    if self.peers[p].in_active {
-                        // Its visit in this poll's transmit pass sends it.
-                        continue;
-                    }
-                    if self.quick_ack(link, p, budget) {
-                        written += 1;
-                        self.went_quiet(p, now);
-                    } else {
-                        self.peers[p].in_active = true;
-                        self.active.push(p);
-                    }
+                self.ack_timers[q].pop_front();
+                // The peer `ACK_AHEAD` entries on, read ahead while this one is visited (the
+                // first ones were asked for at the start of the poll: `warm_due_acks`).
+                if self.peers.len() >= rx::WARM_PEERS
+                    && let Some(&u) = self.ack_timers[q].get(ACK_AHEAD - 1)
+                    && u.come(now)
+                    && let Some(peer) = self.peers.get(u.slot())
+                {
+                    peer.warm();
                 }
-                None => {}
+                let p = t.slot();
+                let s = &mut self.peers[p].stream;
+                s.ack_queued = false;
+                match s.ack_due.get() {
+                    Some(d) if d > now && !quiet => {
+                        s.ack_queued = true;
+                        if AckTimer::new(p, d).due == t.due {
+                            // This ack, its tick come but not its time (under a tick away):
+                            // it stays first.
+                            self.ack_timers[q].push_front(t);
+                            break;
+                        }
+                        // A later ack owed (the one queued went out, and a frame came since).
+                        let later = self.ack_queue_of(d);
+                        self.ack_timers[later].push_back(AckTimer::new(p, d));
+                    }
+                    Some(_) => {
+                        s.ack_now = true;
+                        room -= 1;
+                        if self.peers[p].in_active {
+                            // Its visit in this poll's transmit pass sends it.
+                            continue;
+                        }
+                        if self.quick_ack(link, p, budget) {
+                            written += 1;
+                            self.went_quiet(p, now);
+                        } else {
+                            self.peers[p].in_active = true;
+                            self.active.push(p);
+                        }
+                    }
+                    None => {}
+                }
             }
         }
         written
@@ -505,7 +564,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// `Config::ack_idle_ns`, at most two bursts a poll). Frames unacknowledged are not
     /// counted.
     pub fn nothing_to_send(&self) -> bool {
-        self.active.is_empty() && self.quick_acks.is_empty() && self.ack_timers.is_empty()
+        self.active.is_empty()
+            && self.quick_acks.is_empty()
+            && self.ack_timers.iter().all(VecDeque::is_empty)
     }
 
     /// Peers in the keepalive queue: operations wait on them, nothing else is timed; each

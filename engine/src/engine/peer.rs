@@ -414,6 +414,7 @@ mod tests {
             (at!(P, stream.ack_due), 8),
             (at!(P, stream.ack_now), 1),
             (at!(P, stream.ack_queued), 1),
+            (at!(P, stream.hold_long), 1),
             // `Option<InEager>`'s niche, `EagerTarget`'s tag: its first byte
             (at!(P, msgs.in_eager), 1),
         ];

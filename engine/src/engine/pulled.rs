@@ -62,7 +62,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         // Next in order, nothing held behind it: what `on_sequenced` does for it.
         self.on_pull_data(p, h.msg_id, h.offset, h.length as u32, f);
-        let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
+        let every = self.cfg.ack_every;
+        let delay = self.ack_hold_ns(self.peers[p].stream.hold_long);
         let peer = &mut self.peers[p];
         let s = &mut peer.stream;
         s.advance();

@@ -175,9 +175,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     return;
                 }
                 if kind == Kind::ShortAck {
-                    // Nothing missing, no probe answered: the cumulative part alone.
+                    // Nothing missing, no probe answered: the cumulative part alone, and the
+                    // peer's longest ack hold from now on (in `seq`, wire version 8).
+                    self.peers[p].stream.set_peer_ack_delay(r.seq);
                     self.on_ack(p, r.ack, r.credit, None, None, now);
                 } else if kind == Kind::Ack {
+                    self.peers[p].stream.set_peer_ack_delay(r.seq);
                     let sack = AckRepr::parse(Frame::new_unchecked(f.as_ref()).payload())
                         .unwrap_or_default();
                     // No bit set (nothing missing): only the cumulative part counts.
@@ -321,7 +324,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     }
                     self.peers[p].stream.advance();
                 }
-                let (every, delay) = (self.cfg.ack_every, self.cfg.max_ack_delay_ns);
+                let every = self.cfg.ack_every;
+                let delay = self.ack_hold_ns(self.peers[p].stream.hold_long);
                 let peer = &mut self.peers[p];
                 let s = &mut peer.stream;
                 if ack_now {

@@ -173,6 +173,9 @@ pub(super) struct Stream<F> {
     pub(super) ack_now: bool,
     /// A probe arrived: the next standalone ack answers it.
     pub(super) probe_reply: bool,
+    /// This side's last standalone ack to the peer announced the busy hold
+    /// (`Config::max_ack_delay_busy_ns`, wire version 8): its acks may be held that long.
+    pub(super) hold_long: bool,
     pub(super) rcv_next: u32,
     ack_owed: u32,
     /// The queues of frames to send, unacknowledged, to resend and held out of order.
@@ -191,6 +194,7 @@ impl<F> Default for Stream<F> {
             last_rto: 0,
             probe: false,
             probe_reply: false,
+            hold_long: false,
             probe_id: 0,
             probe_echo: 0,
             rcv_next: 0,
@@ -229,6 +233,8 @@ impl<F: 'static> Stream<F> {
         self.ack_now = false;
         self.probe = false;
         self.probe_reply = false;
+        // A new session starts from the delay advertised at connect.
+        self.hold_long = false;
     }
 
     /// Starts a session's streams: this side's numbers from `isn` (random: frames of an
@@ -416,7 +422,8 @@ impl<F: 'static> Stream<F> {
         }
     }
 
-    /// The delay the peer advertised at connect (µs): the longest it holds an ack.
+    /// The delay the peer advertised at connect or announced in its latest standalone ack
+    /// (µs): the longest it holds an ack.
     pub(super) fn set_peer_ack_delay(&mut self, us: u32) {
         self.peer_ack_delay_us = us.min((wire::ACK_DELAY_LIMIT_NS / 1_000) as u32) as u16;
     }

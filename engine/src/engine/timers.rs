@@ -210,8 +210,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             .waits
             .front()
             .map_or(u64::MAX, |&(_, due)| due.saturating_sub(now).max(scan));
-        // The first delayed ack (in due order), or all of them once the link is quiet.
-        if let Some(&a) = self.ack_timers.front() {
+        // The first delayed ack of each queue (in due order), or all of them once the link
+        // is quiet.
+        for &a in self.ack_timers.iter().filter_map(|q| q.front()) {
             // Its tick may be up to one early, never late: the loop wakes at most a tick early.
             let due = now.saturating_add(a.wait(now));
             let t = self.idle_ack_at().map_or(due, |q| q.min(due));

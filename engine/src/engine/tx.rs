@@ -203,6 +203,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                     sent += 1;
                     self.stats.acks_sent += 1;
                     self.peers[p].stream.acked();
+                    self.peers[p].stream.hold_long = self.ack_busy;
                 }
                 return sent;
             }
@@ -212,6 +213,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 } else {
                     0
                 },
+                // The longest this node holds an ack from now on (wire version 8).
+                seq: self.ack_hold_announced_us(),
                 ..self.header(p, Kind::Ack)
             };
             if stream.probe_reply {
@@ -226,6 +229,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 sent += 1;
                 self.stats.acks_sent += 1;
                 self.peers[p].stream.acked();
+                self.peers[p].stream.hold_long = self.ack_busy;
                 self.peers[p].stream.probe_reply = false;
             }
         }
@@ -241,6 +245,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn ack_only(&mut self, link: &mut L, p: usize, now: u64) -> Option<usize> {
         let quiet = self.idle_ack_at().is_some_and(|t| now >= t);
         let flags = self.ck_flag() as u8;
+        let (hold_us, busy) = (self.ack_hold_announced_us(), self.ack_busy);
         let Engine {
             peers,
             tx,
@@ -261,11 +266,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         {
             return None;
         }
-        let Some(buf) = short_ack_frame(link, peer, *mac, flags) else {
+        let Some(buf) = short_ack_frame(link, peer, *mac, flags, hold_us) else {
             stats.tx_no_buffers += 1;
             return Some(0);
         };
         let stream = &mut peer.stream;
+        stream.hold_long = busy;
         // Headers as for every frame, the padding to the minimum not counted.
         stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         stats.acks_sent += 1;
@@ -306,6 +312,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     #[inline(always)]
     pub(super) fn quick_ack(&mut self, link: &mut L, p: usize, budget: usize) -> bool {
         let flags = self.ck_flag() as u8;
+        let (hold_us, busy) = (self.ack_hold_announced_us(), self.ack_busy);
         let Engine {
             peers,
             tx,
@@ -329,13 +336,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return false;
         }
         debug_assert!(s.q.reorder.is_empty() && s.q.resend.is_empty() && !s.has_new());
-        let Some(buf) = short_ack_frame(link, peer, *mac, flags) else {
+        let Some(buf) = short_ack_frame(link, peer, *mac, flags, hold_us) else {
             return false;
         };
         stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         stats.acks_sent += 1;
         tx.push(buf);
         peer.stream.acked();
+        peer.stream.hold_long = busy;
         peer.in_active = false;
         true
     }
@@ -661,10 +669,9 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return false;
         };
         let peer = &self.peers[p];
-        let tag = wire::session_tag(peer.conn.local, peer.conn.remote);
-        let (ack, credit) = (peer.stream.rcv_next, peer.credit.released);
         let flags = self.ck_flag() as u8;
-        if !wire::write_short_ack(buf.as_mut(), peer.mac, self.mac, flags, tag, ack, credit) {
+        let fields = ack_fields(peer, self.ack_hold_announced_us());
+        if !wire::write_short_ack(buf.as_mut(), peer.mac, self.mac, flags, fields) {
             // A link buffer shorter than it was asked for: as if it had none.
             self.stats.tx_no_buffers += 1;
             return false;
@@ -704,20 +711,32 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     }
 }
 
-/// `peer`'s plain ack (its session tag, cumulative ack and released credit) written whole
-/// into a fresh link buffer ([`wire::write_short_ack`]). `None`: the link has no buffer, or
-/// gave one shorter than asked for.
+/// `peer`'s plain ack (its session tag, cumulative ack and released credit, and `hold_us`,
+/// the longest this node holds an ack from now on) written whole into a fresh link buffer
+/// ([`wire::write_short_ack`]). `None`: the link has no buffer, or gave one shorter than
+/// asked for.
 #[inline]
 fn short_ack_frame<L: Link>(
     link: &mut L,
     peer: &super::peer::Peer<L::Frame>,
     mac: MacAddr,
     flags: u8,
+    hold_us: u32,
 ) -> Option<L::TxBuf> {
     let mut buf = link.alloc_tx(wire::MIN_FRAME)?;
-    let tag = wire::session_tag(peer.conn.local, peer.conn.remote);
-    let (ack, credit) = (peer.stream.rcv_next, peer.credit.released);
-    wire::write_short_ack(buf.as_mut(), peer.mac, mac, flags, tag, ack, credit).then_some(buf)
+    let fields = ack_fields(peer, hold_us);
+    wire::write_short_ack(buf.as_mut(), peer.mac, mac, flags, fields).then_some(buf)
+}
+
+/// What `peer`'s plain ack says, `hold_us` announced.
+#[inline(always)]
+fn ack_fields<F: 'static>(peer: &super::peer::Peer<F>, hold_us: u32) -> wire::AckFields {
+    wire::AckFields {
+        tag: wire::session_tag(peer.conn.local, peer.conn.remote),
+        hold_us,
+        ack: peer.stream.rcv_next,
+        credit: peer.credit.released,
+    }
 }
 
 /// Whether a standalone ack goes to a peer now, probes aside: one is due (`ack_every` frames

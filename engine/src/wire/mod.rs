@@ -24,7 +24,7 @@ pub use payload::{
     ACK_PAYLOAD_LEN, AckRepr, CONNECT_PAYLOAD_LEN, ConnectRepr, SACK_BITS, SACK_WORDS,
 };
 pub use pull::{PullHeader, fill_pull_checksum};
-pub use small::{SmallHeader, fill_small_checksum, short_ack, write_short_ack};
+pub use small::{AckFields, SmallHeader, fill_small_checksum, short_ack, write_short_ack};
 
 /// IEEE 802 "Local Experimental EtherType 1": free for protocols that never leave the fabric.
 pub const ETHERTYPE: u16 = 0x88b5;
@@ -41,11 +41,14 @@ pub const ETHERTYPE: u16 = 0x88b5;
 /// Version 7: a receiver may hold an ack while its loop is busy for up to the delay it
 /// advertises at connect ([`ConnectRepr`] `max_ack_delay_us`, 16 bytes), and acknowledges a
 /// frame flagged [`FLAG_ACK_NOW`] at once; a sender's retransmit timeout allows for that
-/// delay (a version-6 peer would time out on it).
-pub const VERSION: u8 = 7;
+/// delay (a version-6 peer would time out on it). Version 8: a standalone ack ([`Kind::Ack`],
+/// [`Kind::ShortAck`]) carries in its `seq` field the longest its sender holds an ack from
+/// now on (µs: [`Repr::seq`]); a node serving thousands of peers that each send now and then
+/// holds them longer (`Config::max_ack_delay_busy_ns`), once it has told the peer so.
+pub const VERSION: u8 = 8;
 
 /// The most a node may hold an ack owed while its loop is busy (`Config::max_ack_delay_ns`,
-/// advertised at connect): an ack owed goes out with the next frame to the peer, every
+/// advertised at connect, and what its standalone acks announce since): an ack owed goes out with the next frame to the peer, every
 /// `ack_every` frames, once the receiver's loop runs idle, or at the latest that long after
 /// the frame that opened it. A sender's retransmit timeout adds the peer's delay to the
 /// round-trip estimate, so a held ack never looks like a loss; a sender that needs its ack
@@ -564,6 +567,8 @@ pub struct Repr {
     pub src_ep: u16,
     pub src_session: u32,
     pub dst_session: u32,
+    /// A sequenced frame's number; in a standalone ack ([`Kind::Ack`], [`Kind::ShortAck`]),
+    /// the longest its sender holds an ack from now on, in µs (version 8).
     pub seq: u32,
     pub ack: u32,
     pub msg_id: u32,
@@ -595,6 +600,7 @@ impl Repr {
                 kind: Some(Kind::ShortAck),
                 flags: r.flags,
                 tag: r.tag,
+                seq: r.seq,
                 ack: r.ack,
                 credit: r.credit,
                 ..Repr::default()
@@ -708,9 +714,12 @@ impl Repr {
                 self.dst_mac,
                 self.src_mac,
                 self.flags as u8,
-                self.tag,
-                self.ack,
-                self.credit,
+                AckFields {
+                    tag: self.tag,
+                    hold_us: self.seq,
+                    ack: self.ack,
+                    credit: self.credit,
+                },
             );
         }
         // One length check for the whole header, none per field (every frame of a large

@@ -157,6 +157,17 @@ pub fn fill_small_checksum(frame: &mut [u8]) {
     frame[s::CHECKSUM].copy_from_slice(&c.to_le_bytes());
 }
 
+/// What a [`Kind::ShortAck`] says: the sessions' tag, the cumulative ack and credit
+/// released, and, in the sequence number's place, the longest its sender holds an ack from
+/// now on (µs; wire version 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckFields {
+    pub tag: u32,
+    pub hold_us: u32,
+    pub ack: u32,
+    pub credit: u32,
+}
+
 /// Writes a [`Kind::ShortAck`] (checksum zero, to be filled) into `buf`; returns the frame
 /// length ([`MIN_FRAME`]).
 pub fn short_ack(
@@ -164,9 +175,7 @@ pub fn short_ack(
     dst_mac: MacAddr,
     src_mac: MacAddr,
     flags: u8,
-    tag: u32,
-    ack: u32,
-    credit: u32,
+    a: AckFields,
 ) -> usize {
     let n = SmallHeader {
         dst_mac,
@@ -175,10 +184,10 @@ pub fn short_ack(
         length: 0,
         dst_ep: 0,
         src_ep: 0,
-        tag,
-        seq: 0,
-        ack,
-        credit,
+        tag: a.tag,
+        seq: a.hold_us,
+        ack: a.ack,
+        credit: a.credit,
         src_rank: 0,
         match_bits: 0,
     }
@@ -199,9 +208,7 @@ pub fn write_short_ack(
     dst_mac: MacAddr,
     src_mac: MacAddr,
     flags: u8,
-    tag: u32,
-    ack: u32,
-    credit: u32,
+    a: AckFields,
 ) -> bool {
     use field::small as s;
     let Some(b) = buf.first_chunk_mut::<MIN_FRAME>() else {
@@ -216,10 +223,10 @@ pub fn write_short_ack(
     b[s::LENGTH] = 0;
     // Endpoints zero, then the tag.
     b[s::DST_EP.start..s::TAG.start].fill(0);
-    b[s::TAG].copy_from_slice(&tag.to_le_bytes());
-    b[s::SEQ].fill(0);
-    b[s::ACK].copy_from_slice(&ack.to_le_bytes());
-    b[s::CREDIT].copy_from_slice(&credit.to_le_bytes());
+    b[s::TAG].copy_from_slice(&a.tag.to_le_bytes());
+    b[s::SEQ].copy_from_slice(&a.hold_us.to_le_bytes());
+    b[s::ACK].copy_from_slice(&a.ack.to_le_bytes());
+    b[s::CREDIT].copy_from_slice(&a.credit.to_le_bytes());
     // Source rank, match bits, the checksum field and the padding: zero.
     b[s::SRC_RANK.start..].fill(0);
     let head: &[u8; COMPACT_OVERHEAD] = b.first_chunk().expect("a minimum frame holds the header");

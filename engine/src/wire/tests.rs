@@ -48,6 +48,7 @@ fn a_short_ack_is_a_minimum_frame_that_round_trips_and_is_checked() {
         kind: Some(Kind::ShortAck),
         flags: FLAG_PAYLOAD_CK,
         tag: 0xdead_beef,
+        seq: 40_000,
         ack: 77,
         credit: 0x1_0000,
         ..Repr::default()
@@ -73,24 +74,22 @@ fn a_short_ack_written_whole_is_the_frame_emit_and_fill_make() {
     for flags in [0, FLAG_PAYLOAD_CK as u8] {
         let (dst, src) = (MacAddr([2, 0, 0, 0, 0, 2]), MacAddr([2, 0, 0, 0, 0, 1]));
         let mut a = vec![0xa5u8; 128];
-        let n = short_ack(&mut a, dst, src, flags, 0xdead_beef, 77, 0x1_0203);
+        let f = AckFields {
+            tag: 0xdead_beef,
+            hold_us: 5_000,
+            ack: 77,
+            credit: 0x1_0203,
+        };
+        let n = short_ack(&mut a, dst, src, flags, f);
         fill_small_checksum(&mut a[..n]);
         let mut b = vec![0x5au8; 128];
-        assert!(write_short_ack(
-            &mut b,
-            dst,
-            src,
-            flags,
-            0xdead_beef,
-            77,
-            0x1_0203
-        ));
+        assert!(write_short_ack(&mut b, dst, src, flags, f));
         assert_eq!(a[..MIN_FRAME], b[..MIN_FRAME]);
         let f = Frame::new_checked(&b[..MIN_FRAME]).unwrap();
         let r = Repr::parse(&f).unwrap();
         assert_eq!(
-            (r.kind, r.tag, r.ack, r.credit),
-            (Some(Kind::ShortAck), 0xdead_beef, 77, 0x1_0203)
+            (r.kind, r.tag, r.seq, r.ack, r.credit),
+            (Some(Kind::ShortAck), 0xdead_beef, 5_000, 77, 0x1_0203)
         );
     }
     assert!(!write_short_ack(
@@ -98,9 +97,7 @@ fn a_short_ack_written_whole_is_the_frame_emit_and_fill_make() {
         MacAddr::BROADCAST,
         MacAddr::BROADCAST,
         0,
-        1,
-        2,
-        3
+        AckFields::default()
     ));
 }
 
