@@ -12,6 +12,9 @@ pub struct Stats {
     pub tx_frames: u64,
     pub tx_bytes: u64,
     pub acks_sent: u64,
+    /// Times the engine began holding acks up to the busy delay (thousands of peers owing
+    /// one at once: `Config::max_ack_delay_busy_ns`).
+    pub ack_busy_spells: u64,
     pub retransmits: u64,
     /// Retransmit timer expiries (each resends a few of the oldest frames).
     pub rto_events: u64,

@@ -161,6 +161,8 @@ fn many_sparse_peers_get_the_busy_hold_announced_before_it_applies() {
         }
         connect_all(&mut w);
         let acks = sparse_traffic(&mut w, senders, 60);
+        let spells = w.nodes[0].eng.stats.ack_busy_spells;
+        assert_eq!(spells > 0, busy_peers <= senders, "busy spells: {spells}");
         for i in 1..=senders {
             let s = &w.nodes[i].eng.stats;
             assert_eq!((s.rto_events, s.retransmits), (0, 0), "node {i} timed out");
@@ -178,6 +180,7 @@ fn many_sparse_peers_get_the_busy_hold_announced_before_it_applies() {
     for _ in 0..1_000 {
         w.step();
     }
+    assert!(!w.nodes[0].eng.ack_busy());
     let cfg = w.nodes[0].eng.config().clone();
     tail_loss_in(&mut w, &cfg);
 }

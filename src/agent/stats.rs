@@ -60,7 +60,7 @@ pub fn json(
         "clients": served.client_count(),
         "serve": served.stats,
         "peers": s.peers,
-        "frames": { "rx": s.rx_frames, "tx": s.tx_frames, "tx_bytes": s.tx_bytes, "acks_sent": s.acks_sent, "tx_backpressure": s.tx_backpressure },
+        "frames": { "rx": s.rx_frames, "tx": s.tx_frames, "tx_bytes": s.tx_bytes, "acks_sent": s.acks_sent, "tx_backpressure": s.tx_backpressure, "ack_busy_hold": eng.ack_busy(), "ack_busy_spells": s.ack_busy_spells },
         "retransmits": s.retransmits,
         "drops": {
             "checksum": s.drop_checksum, "truncated": s.drop_truncated, "malformed": s.drop_malformed,

@@ -362,6 +362,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     fn update_ack_busy(&mut self, held: usize) {
         let n = self.cfg.ack_busy_peers;
         if held >= n {
+            self.stats.ack_busy_spells += !self.ack_busy as u64;
             self.ack_busy = true;
         } else if held < n / 2 {
             self.ack_busy = false;
@@ -551,6 +552,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Bytes of the unexpected store granted to peers as eager credit right now.
     pub fn credit_granted_bytes(&self) -> u64 {
         self.grants_total
+    }
+
+    /// Whether acks are held up to the busy delay now (to the peers told so): at least
+    /// `Config::ack_busy_peers` peers owed one at once.
+    pub fn ack_busy(&self) -> bool {
+        self.ack_busy
     }
 
     /// Peers every timer pass visits now (those with anything in flight): idle peers, and
