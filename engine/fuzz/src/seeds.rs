@@ -16,8 +16,8 @@ use tigon_engine::net::ipv4::{self, Ipv4Repr};
 use tigon_engine::net::udp::{self, UdpRepr};
 use tigon_engine::net::{DEFAULT_PORT, node_id};
 use tigon_engine::wire::{
-    AckFields, AckRepr, ConnectRepr, FLAG_ACK_NOW, FLAG_PAYLOAD_CK, FLAG_SYNC as WIRE_SYNC, Frame, Kind, Repr,
-    short_ack,
+    AckFields, AckRepr, ConnectRepr, FLAG_ACK_NOW, FLAG_PAYLOAD_CK, FLAG_SYNC as WIRE_SYNC, Frame,
+    Kind, Repr, short_ack,
 };
 
 /// The addresses the `net` target's encapsulation has (and its neighbours').

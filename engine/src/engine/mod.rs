@@ -140,9 +140,10 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     quick_acks: Vec<usize>,
     /// Peers owing a delayed ack and nothing else to send, with when it falls due, off the
     /// active list meanwhile, in two queues: those held `max_ack_delay_ns` and those held
-    /// the busy delay (`max_ack_delay_busy_ns`), each in due order (one delay for all in it): a peer that sends
-    /// often keeps an ack owed nearly all the time, and on the list it would be visited by
-    /// every transmit pass until then (16 hot peers: 16 visits a poll). Once its ack is due,
+    /// the busy delay (`max_ack_delay_busy_ns`), each in due order (one delay for all in
+    /// it): a peer that sends often keeps an ack owed nearly all the time, and on the list
+    /// it would be visited by every transmit pass until then (16 hot peers: 16 visits a
+    /// poll). Once its ack is due,
     /// or the link has gone quiet (`ack_idle_ns`), `poll` writes the ack (`delayed_acks_due`)
     /// or puts the peer back on the active list. 8 bytes an entry ([`AckTimer`]): with
     /// 65,536 peers each sending now and then, nearly every peer has one queued.

@@ -48,11 +48,12 @@ pub const ETHERTYPE: u16 = 0x88b5;
 pub const VERSION: u8 = 8;
 
 /// The most a node may hold an ack owed while its loop is busy (`Config::max_ack_delay_ns`,
-/// advertised at connect, and what its standalone acks announce since): an ack owed goes out with the next frame to the peer, every
-/// `ack_every` frames, once the receiver's loop runs idle, or at the latest that long after
-/// the frame that opened it. A sender's retransmit timeout adds the peer's delay to the
-/// round-trip estimate, so a held ack never looks like a loss; a sender that needs its ack
-/// sooner flags the frame [`FLAG_ACK_NOW`]. A peer advertising more is taken at this.
+/// advertised at connect, and what its standalone acks announce since): an ack owed goes out
+/// with the next frame to the peer, every `ack_every` frames, once the receiver's loop runs
+/// idle, or at the latest that long after the frame that opened it. A sender's retransmit
+/// timeout adds the peer's delay to the round-trip estimate, so a held ack never looks like a
+/// loss; a sender that needs its ack sooner flags the frame [`FLAG_ACK_NOW`]. A peer
+/// advertising more is taken at this.
 pub const ACK_DELAY_LIMIT_NS: u64 = 50_000_000;
 
 /// Eager credit every connection starts with, known to both sides before the handshake
