@@ -20,6 +20,7 @@ mod eal;
 mod error;
 mod extmem;
 pub mod frames;
+mod intr;
 mod mbuf;
 mod mempool;
 mod memzone;

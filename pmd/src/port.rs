@@ -714,16 +714,30 @@ impl Drop for Port {
                 unsafe { sys::rte_dev_dma_unmap(self.device, va, iova, len) };
             }
         }
-        // SAFETY: our port; after close, its rx rings (and the mbufs in them) are released.
-        unsafe {
-            let ret = sys::rte_eth_dev_stop(self.id);
-            if ret != 0 {
-                log::debug!("port {}: stop: {}", self.name, strerror(-ret));
-            }
-            let ret = sys::rte_eth_dev_close(self.id);
-            if ret != 0 {
-                log::debug!("port {}: close: {}", self.name, strerror(-ret));
-            }
+        // In the EAL's interrupt thread, after any driver callback under way there (intr.rs:
+        // memif's handling of its peer's disconnect raced a close from here).
+        let (id, name) = (self.id, self.name.clone());
+        if !crate::intr::run(move || stop_and_close(id, &name)) {
+            log::warn!(
+                "port {}: the EAL's interrupt thread did not close it in time",
+                self.name
+            );
+        }
+    }
+}
+
+/// Stops and closes port `id` (named `name` in logs): its rx rings (and the mbufs in them)
+/// are released.
+fn stop_and_close(id: u16, name: &str) {
+    // SAFETY: a port of ours, closed once (its `Port` is being dropped).
+    unsafe {
+        let ret = sys::rte_eth_dev_stop(id);
+        if ret != 0 {
+            log::debug!("port {name}: stop: {}", strerror(-ret));
+        }
+        let ret = sys::rte_eth_dev_close(id);
+        if ret != 0 {
+            log::debug!("port {name}: close: {}", strerror(-ret));
         }
     }
 }

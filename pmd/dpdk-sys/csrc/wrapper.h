@@ -12,6 +12,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_dmadev.h>
+#include <rte_alarm.h>
 
 /* RTE_BIT64() constants are function-like macros that bindgen drops: restate them as
  * enumerators so bindgen evaluates them with clang. */
