@@ -87,27 +87,7 @@ fn sparse_peers_under_load_get_one_ack_for_several_messages() {
         w.nodes[i].eng.open_endpoint(Some(0)).unwrap();
     }
     connect_all(&mut w);
-    let per = 120;
-    post(&mut w, 0, senders * per);
-    let (acks0, frames0) = (
-        w.nodes[0].eng.stats.acks_sent,
-        w.nodes[0].eng.stats.tx_frames,
-    );
-    let mut next = w.now;
-    let (mut sent, mut got, mut done) = (0, 0, 0);
-    w.run_until(2_000_000, |w| {
-        if sent < senders * per && w.now >= next {
-            send(w, 1 + sent % senders, 0, 1 + sent as u32);
-            sent += 1;
-            next += 4_000;
-        }
-        got += drain(w, 0);
-        done += (1..=senders).map(|i| drain(w, i)).sum::<usize>();
-        got == senders * per && done == senders * per
-    });
-    let s = &w.nodes[0].eng.stats;
-    let acks = (s.acks_sent - acks0) as f64 / (senders * per) as f64;
-    let frames = (s.tx_frames - frames0) as f64 / (senders * per) as f64;
+    let (acks, frames) = sparse_traffic(&mut w, senders, 120);
     assert!(
         acks <= 0.1 && frames <= 0.1,
         "node 0 sent {acks:.3} acks and {frames:.3} frames per message"
@@ -118,11 +98,14 @@ fn sparse_peers_under_load_get_one_ack_for_several_messages() {
 }
 
 /// Node 0's 32 senders each send a message every 128 us (a frame every 4 us at node 0), in
-/// order, `per` each; returns node 0's ack frames per message. Every message is received and
-/// every send completes.
-fn sparse_traffic(w: &mut World, senders: usize, per: usize) -> f64 {
+/// order, `per` each; returns node 0's ack frames and frames per message. Every message is
+/// received and every send completes.
+fn sparse_traffic(w: &mut World, senders: usize, per: usize) -> (f64, f64) {
     post(w, 0, senders * per);
-    let acks0 = w.nodes[0].eng.stats.acks_sent;
+    let (acks0, frames0) = (
+        w.nodes[0].eng.stats.acks_sent,
+        w.nodes[0].eng.stats.tx_frames,
+    );
     let mut next = w.now;
     let (mut sent, mut got, mut done) = (0, 0, 0);
     w.run_until(4_000_000, |w| {
@@ -135,7 +118,12 @@ fn sparse_traffic(w: &mut World, senders: usize, per: usize) -> f64 {
         done += (1..=senders).map(|i| drain(w, i)).sum::<usize>();
         got == senders * per && done == senders * per
     });
-    (w.nodes[0].eng.stats.acks_sent - acks0) as f64 / (senders * per) as f64
+    let s = &w.nodes[0].eng.stats;
+    let n = (senders * per) as f64;
+    (
+        (s.acks_sent - acks0) as f64 / n,
+        (s.tx_frames - frames0) as f64 / n,
+    )
 }
 
 /// With many peers owing an ack at once (`ack_busy_peers`, 8 here), node 0 holds acks up to
@@ -160,7 +148,7 @@ fn many_sparse_peers_get_the_busy_hold_announced_before_it_applies() {
             w.nodes[i].eng.open_endpoint(Some(0)).unwrap();
         }
         connect_all(&mut w);
-        let acks = sparse_traffic(&mut w, senders, 60);
+        let (acks, _) = sparse_traffic(&mut w, senders, 60);
         let spells = w.nodes[0].eng.stats.ack_busy_spells;
         assert_eq!(spells > 0, busy_peers <= senders, "busy spells: {spells}");
         for i in 1..=senders {
