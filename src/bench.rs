@@ -89,8 +89,8 @@ enum Which {
         #[arg(long)]
         max_ack_delay_us: Option<u64>,
         /// Engine A's longest ack hold while thousands of peers owe one at once, in µs
-        /// (`Config::max_ack_delay_busy_ns`; default: the engine's; at most
-        /// --max-ack-delay-us: never held longer).
+        /// (`Config::max_ack_delay_busy_ns`; default: the engine's; taken as
+        /// --max-ack-delay-us where shorter: equal to it, the busy hold is off).
         #[arg(long)]
         max_ack_delay_busy_us: Option<u64>,
         /// Engine A's clock moves at its native pace per poll and message, not with the

@@ -239,8 +239,8 @@ impl Rng {
 pub struct Options {
     /// Engine A's `Config::max_ack_delay_ns` in µs (default: the engine's default).
     pub max_ack_delay_us: Option<u64>,
-    /// Engine A's `Config::max_ack_delay_busy_ns` in µs (default: the engine's default; at
-    /// most `max_ack_delay_us`: never longer).
+    /// Engine A's `Config::max_ack_delay_busy_ns` in µs (default: the engine's default;
+    /// taken as `max_ack_delay_us` where shorter: equal to it, the busy hold is off).
     pub max_ack_delay_busy_us: Option<u64>,
     /// Engine A's clock moves at its native pace per poll and message (see `Pair::vclock`),
     /// not with the wall clock: for instruction counts under callgrind.
