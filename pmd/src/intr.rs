@@ -4,9 +4,9 @@
 //! a memif wire shut down at once, the peer's disconnect is handled there (memif's
 //! `memif_disconnect`, freeing the connection's queues and regions) while our close runs
 //! the same teardown here, and the second free of the same memory ended the agent by
-//! SIGSEGV at shutdown (3 of ~200 NetPIPE runs on a machine busy compiling; core dumps: the
-//! interrupt thread in memif, then in the allocator). Run as an alarm's callback, the close
-//! takes its turn among those callbacks instead.
+//! SIGSEGV at shutdown (4 of ~190 NetPIPE runs on a machine busy compiling, none of 98 since;
+//! core dumps: the interrupt thread in memif, then in the allocator). Run as an alarm's
+//! callback, the close takes its turn among those callbacks instead.
 
 use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex};
