@@ -100,9 +100,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
 
     /// The receiver is done with an eager message: return its credit; tell a synchronous sender.
     pub(super) fn release_credit(&mut self, p: usize, cost: u32, sync: bool, msg_id: u32) {
-        let Some(peer) = self.peers.get_mut(p) else {
+        let Some(told_long) = self.peers.get(p).map(|q| q.stream.hold_long) else {
             return;
         };
+        let hold = self.ack_hold_ns(told_long);
+        let peer = &mut self.peers[p];
         peer.credit.released = peer.credit.released.wrapping_add(cost);
         // The released credit rides on the next ack, which goes out with traffic, by the
         // burst, or when the loop runs idle: not a standalone ack per message; at the end of
@@ -111,11 +113,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             peer.stream.ack_soon();
             self.mark_active(p);
         } else if peer.stream.ack_due.is_none() {
-            let hold = if peer.stream.hold_long && self.ack_busy {
-                self.cfg.max_ack_delay_busy_ns
-            } else {
-                self.cfg.max_ack_delay_ns
-            };
             peer.stream.ack_due = Due::at(self.now + hold);
             self.mark_active(p);
         }

@@ -565,11 +565,13 @@ impl<F: 'static> Stream<F> {
         a
     }
 
-    /// A standalone ack went out.
-    pub(super) fn acked(&mut self) {
+    /// A standalone ack went out, announcing the busy hold or not (`hold_long`: what it
+    /// said is what this side may hold the peer's next acks for, wire version 8).
+    pub(super) fn acked(&mut self, hold_long: bool) {
         self.ack_owed = 0;
         self.ack_due = Due::NONE;
         self.ack_now = false;
+        self.hold_long = hold_long;
     }
 
     // ---- transmit -------------------------------------------------------------------------

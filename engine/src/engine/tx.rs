@@ -202,8 +202,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 if self.emit_short_ack(link, p) {
                     sent += 1;
                     self.stats.acks_sent += 1;
-                    self.peers[p].stream.acked();
-                    self.peers[p].stream.hold_long = self.ack_busy;
+                    self.peers[p].stream.acked(self.ack_busy);
                 }
                 return sent;
             }
@@ -228,8 +227,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             if self.emit(link, h, gaps.then_some(&payload[..])) {
                 sent += 1;
                 self.stats.acks_sent += 1;
-                self.peers[p].stream.acked();
-                self.peers[p].stream.hold_long = self.ack_busy;
+                self.peers[p].stream.acked(self.ack_busy);
                 self.peers[p].stream.probe_reply = false;
             }
         }
@@ -271,12 +269,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return Some(0);
         };
         let stream = &mut peer.stream;
-        stream.hold_long = busy;
         // Headers as for every frame, the padding to the minimum not counted.
         stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         stats.acks_sent += 1;
         tx.push(buf);
-        stream.acked();
+        stream.acked(busy);
         Some(1)
     }
 
@@ -342,8 +339,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         stats.tx_bytes += wire::COMPACT_OVERHEAD as u64;
         stats.acks_sent += 1;
         tx.push(buf);
-        peer.stream.acked();
-        peer.stream.hold_long = busy;
+        peer.stream.acked(busy);
         peer.in_active = false;
         true
     }
