@@ -21,7 +21,13 @@ pub const MIN_FRAME: usize = 60;
 const MAGIC: u32 = 0x5447_4e46; // "TGNF"
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
+const KIND_DONE: u8 = 2;
 const END_FRAMES: usize = 16;
+/// Replies the receiver sends back once it stopped, so that the sender closes its port only
+/// then: a memif client that disconnects makes the server stop reading its ring at once, and
+/// the frames still queued there would be lost (seen under load, when the ring held the last
+/// ~160 frames of the stream).
+const DONE_FRAMES: usize = 8;
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -80,6 +86,8 @@ pub enum Check {
     Data { seq: u64 },
     /// The sender's end-of-stream marker, carrying the number of data frames sent.
     End { sent: u64 },
+    /// The receiver's reply once it stopped, carrying the number of data frames it got.
+    Done { received: u64 },
     /// Not a frame of this stream (other EtherType, e.g. the kernel's IPv6 chatter).
     Foreign,
     /// A frame of this stream whose bytes are wrong.
@@ -105,6 +113,7 @@ pub fn check_frame(frame: &[u8], seed: u64, scratch: &mut Vec<u8>) -> Check {
     let len = u32::from_le_bytes(w4) as usize;
     match frame[18] {
         KIND_END => return Check::End { sent: seq },
+        KIND_DONE => return Check::Done { received: seq },
         KIND_DATA => {}
         k => return Check::Corrupt(format!("unknown kind {k}")),
     }
@@ -143,6 +152,9 @@ pub struct SendOpts {
     pub burst: usize,
     /// Give up when the port accepts nothing for this long.
     pub stall_timeout: Duration,
+    /// After the end markers, wait this long at most for the receiver's reply before the
+    /// caller may close the port.
+    pub linger: Duration,
 }
 
 /// What the sender did.
@@ -158,14 +170,21 @@ pub struct SendReport {
     pub partial_bursts: u64,
     /// The port's count of failed transmissions (`oerrors`) at the end.
     pub oerrors: u64,
+    /// The receiver replied that it stopped (within `linger`).
+    pub peer_done: bool,
 }
 
 impl SendReport {
     /// One `SENT key=value ...` line (what `tigon-frames send` prints).
     pub fn to_line(&self) -> String {
         format!(
-            "SENT sent={} bytes={} secs={:.6} partial_bursts={} oerrors={}",
-            self.sent, self.bytes, self.secs, self.partial_bursts, self.oerrors
+            "SENT sent={} bytes={} secs={:.6} partial_bursts={} oerrors={} peer_done={}",
+            self.sent,
+            self.bytes,
+            self.secs,
+            self.partial_bursts,
+            self.oerrors,
+            u8::from(self.peer_done)
         )
     }
 
@@ -181,6 +200,7 @@ impl SendReport {
                 "secs" => r.secs = v.parse().ok()?,
                 "partial_bursts" => r.partial_bursts = v.parse().ok()?,
                 "oerrors" => r.oerrors = v.parse().ok()?,
+                "peer_done" => r.peer_done = v == "1",
                 _ => {}
             }
         }
@@ -245,19 +265,59 @@ pub fn send(port: &mut Port, pool: &Mempool, opts: &SendOpts) -> Result<SendRepo
         }
     }
     rep.secs = start.elapsed().as_secs_f64();
-    // Unsent bytes of frames still in `batch` cannot exist here (loop drains it).
+    // The end markers queue behind the data: each is retried until the port takes it (a full
+    // ring would drop it otherwise, and the receiver would only stop at its idle timeout).
     for _ in 0..END_FRAMES {
-        let mut m = pool.alloc()?;
-        let mut b = vec![0u8; MIN_FRAME];
-        header(&mut b, mac, KIND_END, rep.sent, MIN_FRAME);
-        m.extend_from_slice(|| pool.alloc(), &b)?;
-        let mut v = vec![m];
-        // Best effort: the receiver may already have stopped (and with it a memif link).
-        port.tx_burst(0, &mut v);
-        std::thread::sleep(Duration::from_millis(2));
+        let mut v = vec![small_frame(pool, mac, KIND_END, rep.sent)?];
+        let since = Instant::now();
+        while port.tx_burst(0, &mut v) == 0 && since.elapsed() < opts.stall_timeout {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
+    rep.peer_done = wait_done(port, opts.linger);
     rep.oerrors = port.stats().map_or(0, |s| s.oerrors);
     Ok(rep)
+}
+
+/// A minimal frame of this stream of `kind`, carrying `seq`.
+fn small_frame(pool: &Mempool, mac: [u8; 6], kind: u8, seq: u64) -> Result<Mbuf> {
+    let mut m = pool.alloc()?;
+    let mut b = [0u8; MIN_FRAME];
+    header(&mut b, mac, kind, seq, MIN_FRAME);
+    m.extend_from_slice(|| pool.alloc(), &b)?;
+    Ok(m)
+}
+
+/// Polls `port` for the receiver's reply, for `linger` at most.
+fn wait_done(port: &mut Port, linger: Duration) -> bool {
+    let (mut mbufs, mut frame, mut scratch) = (Vec::with_capacity(32), Vec::new(), Vec::new());
+    let since = Instant::now();
+    while since.elapsed() < linger {
+        if port.rx_burst(0, &mut mbufs, 32) == 0 {
+            std::thread::yield_now();
+            continue;
+        }
+        for m in mbufs.drain(..) {
+            m.read_into(&mut frame);
+            if let Check::Done { .. } = check_frame(&frame, 0, &mut scratch) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Tells the sender that the receiver stopped (best effort: a few replies, some spacing), so
+/// that it may close its port; `received` is what the receiver got.
+pub fn reply_done(port: &mut Port, pool: &Mempool, received: u64) -> Result<()> {
+    let mac = port.mac().unwrap_or([2, 0, 0, 0, 0, 2]);
+    for _ in 0..DONE_FRAMES {
+        let mut v = vec![small_frame(pool, mac, KIND_DONE, received)?];
+        port.tx_burst(0, &mut v);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 /// Receiver parameters.
@@ -297,6 +357,11 @@ pub struct RecvReport {
     /// The port's `imissed` counter (frames the driver knows it dropped; DPDK 22.11's
     /// af_packet does not count its socket ring's overflows here).
     pub imissed: u64,
+    /// The sender's end marker arrived (else the receiver stopped when the stream went idle).
+    pub end_seen: bool,
+    /// The lowest sequence number that never arrived (`expected` when none is missing): says
+    /// whether a loss was at the stream's start, middle or tail.
+    pub first_lost: u64,
 }
 
 impl RecvReport {
@@ -322,7 +387,7 @@ impl RecvReport {
     pub fn to_line(&self) -> String {
         format!(
             "RESULT expected={} received={} lost={} corrupted={} duplicates={} reordered={} \
-             foreign={} bytes={} secs={:.6} imissed={}",
+             foreign={} bytes={} secs={:.6} imissed={} end_seen={} first_lost={}",
             self.expected,
             self.received,
             self.lost,
@@ -332,7 +397,9 @@ impl RecvReport {
             self.foreign,
             self.bytes,
             self.secs,
-            self.imissed
+            self.imissed,
+            u8::from(self.end_seen),
+            self.first_lost
         )
     }
 
@@ -356,6 +423,8 @@ impl RecvReport {
                         "foreign" => r.foreign = v,
                         "bytes" => r.bytes = v,
                         "imissed" => r.imissed = v,
+                        "end_seen" => r.end_seen = v == 1,
+                        "first_lost" => r.first_lost = v,
                         _ => {}
                     }
                 }
@@ -427,8 +496,12 @@ pub fn receive(port: &mut Port, opts: &RecvOpts) -> Result<RecvReport> {
                     rep.corrupted += 1;
                     log::error!("frame with out-of-range sequence number {seq}");
                 }
-                Check::End { .. } => done = true,
-                Check::Foreign => rep.foreign += 1,
+                Check::End { .. } => {
+                    rep.end_seen = true;
+                    done = true;
+                }
+                // A reply of another stream's receiver on the same wire: not ours.
+                Check::Done { .. } | Check::Foreign => rep.foreign += 1,
                 Check::Corrupt(why) => {
                     rep.corrupted += 1;
                     if reported < 10 {
@@ -440,6 +513,10 @@ pub fn receive(port: &mut Port, opts: &RecvOpts) -> Result<RecvReport> {
         }
     }
     rep.lost = rep.expected - rep.received;
+    rep.first_lost = seen
+        .iter()
+        .position(|s| !s)
+        .map_or(opts.count, |i| i as u64);
     rep.secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
     rep.imissed = port.stats().map_or(0, |s| s.imissed);
     Ok(rep)
@@ -524,6 +601,8 @@ pub fn cli_main(args: &[String]) -> std::result::Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
             println!("{}", rep.to_line());
+            let _ = out.lock().flush();
+            reply_done(&mut port, &pool, rep.received).map_err(|e| e.to_string())?;
         }
         "send" => {
             port.wait_link_up(Duration::from_secs(timeout))
@@ -544,6 +623,7 @@ pub fn cli_main(args: &[String]) -> std::result::Result<(), String> {
                     seed,
                     burst: 32,
                     stall_timeout: Duration::from_secs(timeout),
+                    linger: Duration::from_secs(idle),
                 },
             )
             .map_err(|e| e.to_string())?;
@@ -596,6 +676,8 @@ mod tests {
             bytes: 12345,
             secs: 0.5,
             imissed: 4,
+            end_seen: true,
+            first_lost: 7,
         };
         assert_eq!(RecvReport::parse(&r.to_line()), Some(r));
     }
