@@ -23,11 +23,11 @@ const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
 const KIND_DONE: u8 = 2;
 const END_FRAMES: usize = 16;
-/// Replies the receiver sends back once it stopped, so that the sender closes its port only
-/// then: a memif client that disconnects makes the server stop reading its ring at once, and
-/// the frames still queued there would be lost (seen under load, when the ring held the last
-/// ~160 frames of the stream).
-const DONE_FRAMES: usize = 8;
+/// How long the receiver replies once it stopped (see [`reply_done`]): the sender closes its
+/// port only once it read a reply, as a memif client that disconnects makes the server stop
+/// reading its ring at once, and the frames still queued there would be lost (seen under
+/// load, when the ring held the last ~160 frames of the stream).
+const REPLY_FOR: Duration = Duration::from_secs(1);
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -265,19 +265,61 @@ pub fn send(port: &mut Port, pool: &Mempool, opts: &SendOpts) -> Result<SendRepo
         }
     }
     rep.secs = start.elapsed().as_secs_f64();
-    // The end markers queue behind the data: each is retried until the port takes it (a full
-    // ring would drop it otherwise, and the receiver would only stop at its idle timeout).
-    for _ in 0..END_FRAMES {
-        let mut v = vec![small_frame(pool, mac, KIND_END, rep.sent)?];
-        let since = Instant::now();
-        while port.tx_burst(0, &mut v) == 0 && since.elapsed() < opts.stall_timeout {
-            std::thread::yield_now();
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    rep.peer_done = wait_done(port, opts.linger);
+    rep.peer_done = finish(port, pool, mac, rep.sent, opts)?;
     rep.oerrors = port.stats().map_or(0, |s| s.oerrors);
     Ok(rep)
+}
+
+/// The end of a stream: `END_FRAMES` end markers, 1 ms apart, each retried until the port
+/// takes it (they queue behind the data: a full ring would drop a marker sent once, and the
+/// receiver would stop only at its idle timeout), then the receiver's reply. The receiver
+/// stops at the first marker it reads, replies and closes, so its reply or its link going
+/// down (memif: the server's disconnect) ends this early; otherwise no marker taken for
+/// `stall_timeout`, or no reply `linger` after the last marker. True if the reply came.
+fn finish(
+    port: &mut Port,
+    pool: &Mempool,
+    mac: [u8; 6],
+    sent: u64,
+    opts: &SendOpts,
+) -> Result<bool> {
+    let (mut rx, mut frame, mut scratch) = (Vec::with_capacity(32), Vec::new(), Vec::new());
+    let mut marker: Vec<Mbuf> = Vec::with_capacity(1);
+    let (mut markers, mut last, mut paced) = (0, Instant::now(), None);
+    loop {
+        port.rx_burst(0, &mut rx, 32);
+        for m in rx.drain(..) {
+            m.read_into(&mut frame);
+            if let Check::Done { .. } = check_frame(&frame, 0, &mut scratch) {
+                return Ok(true);
+            }
+        }
+        if paced.is_none_or(|t: Instant| t.elapsed() >= Duration::from_millis(1)) {
+            paced = Some(Instant::now());
+            if !port.link().is_ok_and(|l| l.up) {
+                return Ok(false);
+            }
+        }
+        // The next marker once the one before is 1 ms old (retried at once while the port
+        // refuses it: the ring drains as fast as the receiver reads).
+        if markers < END_FRAMES && (marker.len() == 1 || last.elapsed() >= Duration::from_millis(1))
+        {
+            if marker.is_empty() {
+                marker.push(small_frame(pool, mac, KIND_END, sent)?);
+            }
+            if port.tx_burst(0, &mut marker) > 0 {
+                markers += 1;
+                last = Instant::now();
+            }
+        }
+        let waited = last.elapsed();
+        if (markers < END_FRAMES && waited > opts.stall_timeout)
+            || (markers == END_FRAMES && waited > opts.linger)
+        {
+            return Ok(false);
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// A minimal frame of this stream of `kind`, carrying `seq`.
@@ -289,30 +331,15 @@ fn small_frame(pool: &Mempool, mac: [u8; 6], kind: u8, seq: u64) -> Result<Mbuf>
     Ok(m)
 }
 
-/// Polls `port` for the receiver's reply, for `linger` at most.
-fn wait_done(port: &mut Port, linger: Duration) -> bool {
-    let (mut mbufs, mut frame, mut scratch) = (Vec::with_capacity(32), Vec::new(), Vec::new());
-    let since = Instant::now();
-    while since.elapsed() < linger {
-        if port.rx_burst(0, &mut mbufs, 32) == 0 {
-            std::thread::yield_now();
-            continue;
-        }
-        for m in mbufs.drain(..) {
-            m.read_into(&mut frame);
-            if let Check::Done { .. } = check_frame(&frame, 0, &mut scratch) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
-/// Tells the sender that the receiver stopped (best effort: a few replies, some spacing), so
-/// that it may close its port; `received` is what the receiver got.
+/// Tells the sender that the receiver stopped, so that it may close its port: a reply every
+/// millisecond until the link goes down (memif: the sender closed) or for `REPLY_FOR` at
+/// most (af_packet's link stays up); `received` is what the receiver got. Replying until
+/// the sender is gone, not a few times, keeps the reply readable: a memif client that
+/// learns of the server's disconnect before reading its ring finds it empty.
 pub fn reply_done(port: &mut Port, pool: &Mempool, received: u64) -> Result<()> {
     let mac = port.mac().unwrap_or([2, 0, 0, 0, 0, 2]);
-    for _ in 0..DONE_FRAMES {
+    let since = Instant::now();
+    while since.elapsed() < REPLY_FOR && port.link().is_ok_and(|l| l.up) {
         let mut v = vec![small_frame(pool, mac, KIND_DONE, received)?];
         port.tx_burst(0, &mut v);
         std::thread::sleep(Duration::from_millis(1));
@@ -357,8 +384,9 @@ pub struct RecvReport {
     /// The port's `imissed` counter (frames the driver knows it dropped; DPDK 22.11's
     /// af_packet does not count its socket ring's overflows here).
     pub imissed: u64,
-    /// The sender's end marker arrived (else the receiver stopped when the stream went idle).
-    pub end_seen: bool,
+    /// The receiver stopped because the stream went idle: neither every frame nor the
+    /// sender's end marker arrived.
+    pub stopped_idle: bool,
     /// The lowest sequence number that never arrived (`expected` when none is missing): says
     /// whether a loss was at the stream's start, middle or tail.
     pub first_lost: u64,
@@ -387,7 +415,7 @@ impl RecvReport {
     pub fn to_line(&self) -> String {
         format!(
             "RESULT expected={} received={} lost={} corrupted={} duplicates={} reordered={} \
-             foreign={} bytes={} secs={:.6} imissed={} end_seen={} first_lost={}",
+             foreign={} bytes={} secs={:.6} imissed={} stopped_idle={} first_lost={}",
             self.expected,
             self.received,
             self.lost,
@@ -398,7 +426,7 @@ impl RecvReport {
             self.bytes,
             self.secs,
             self.imissed,
-            u8::from(self.end_seen),
+            u8::from(self.stopped_idle),
             self.first_lost
         )
     }
@@ -423,7 +451,7 @@ impl RecvReport {
                         "foreign" => r.foreign = v,
                         "bytes" => r.bytes = v,
                         "imissed" => r.imissed = v,
-                        "end_seen" => r.end_seen = v == 1,
+                        "stopped_idle" => r.stopped_idle = v == 1,
                         "first_lost" => r.first_lost = v,
                         _ => {}
                     }
@@ -457,7 +485,10 @@ pub fn receive(port: &mut Port, opts: &RecvOpts) -> Result<RecvReport> {
     while !done {
         if port.rx_burst(0, &mut mbufs, 64) == 0 {
             match first {
-                Some(_) if last_rx.elapsed() > opts.idle_timeout => break,
+                Some(_) if last_rx.elapsed() > opts.idle_timeout => {
+                    rep.stopped_idle = true;
+                    break;
+                }
                 None if start.elapsed() > opts.start_timeout => {
                     return Err(Error::LinkDown {
                         port: port.name().to_string(),
@@ -496,10 +527,7 @@ pub fn receive(port: &mut Port, opts: &RecvOpts) -> Result<RecvReport> {
                     rep.corrupted += 1;
                     log::error!("frame with out-of-range sequence number {seq}");
                 }
-                Check::End { .. } => {
-                    rep.end_seen = true;
-                    done = true;
-                }
+                Check::End { .. } => done = true,
                 // A reply of another stream's receiver on the same wire: not ours.
                 Check::Done { .. } | Check::Foreign => rep.foreign += 1,
                 Check::Corrupt(why) => {
@@ -676,7 +704,7 @@ mod tests {
             bytes: 12345,
             secs: 0.5,
             imissed: 4,
-            end_seen: true,
+            stopped_idle: true,
             first_lost: 7,
         };
         assert_eq!(RecvReport::parse(&r.to_line()), Some(r));
