@@ -73,8 +73,11 @@ enum Which {
         /// Peer counts to measure, ascending, each 1 ..= 65536.
         #[arg(long, value_delimiter = ',', default_value = "2,1024,16384,65536")]
         peers: Vec<usize>,
-        /// Messages per traffic phase.
-        #[arg(long, default_value_t = 200_000)]
+        /// Messages per traffic phase: about 1.5 s of engine A's time, long enough that one
+        /// slow spell of the host does not decide a phase's rate (with 2,000,000, 0.3 s, the
+        /// rounds' ratios swung 0.51-1.03), and 150 messages per peer at 65,536 (the busy
+        /// ack hold in its steady state).
+        #[arg(long, default_value_t = 10_000_000)]
         messages: usize,
         /// Times every count is measured, the counts of a round one after the other; the
         /// ratio is the median round's (this VM's rates move by up to a fifth between runs).
