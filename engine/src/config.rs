@@ -87,7 +87,8 @@ pub struct Config {
     /// 0: never. More than `peer_timeout_ns` (so that whatever the peer sent before has been
     /// acknowledged or given up).
     pub session_idle_ns: u64,
-    /// Frames handled per poll step in each direction.
+    /// Frames handled per poll step in each direction (received: up to four bursts when the
+    /// link holds them, rx.rs `RX_BURSTS`).
     pub burst: usize,
     /// Checksum payloads, not only headers: `None` (the default) does so only on links
     /// without a frame check of their own (`Link::frame_check`: not on Ethernet, whose FCS
