@@ -13,6 +13,7 @@ use clap::Args;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
@@ -194,9 +195,21 @@ pub fn mpirun_command(
     // one: mpirun removes it when it finishes, but not when a job is interrupted (Ctrl-C
     // at the terminal, `tigon demo` stopped: seen left in /tmp each time), and the
     // cluster's directory goes with the run (or with the next run, after a SIGKILL). The
-    // ranks' own TMPDIR stays the user's.
+    // ranks' own TMPDIR stays the user's. One directory per mpirun: two jobs started at once
+    // over one cluster (`tigon soak`) both create `ompi.<host>.<uid>` there, and Open MPI
+    // 4.1.4 fails the one whose mkdir loses the race ("File exists", orte_init failed: seen
+    // once in a fresh-clone CI run of the soak test).
     if !extra.iter().any(|a| a.contains("orte_tmpdir_base")) {
-        cmd.args(["--mca", "orte_tmpdir_base"]).arg(&cluster.dir);
+        static JOBS: AtomicUsize = AtomicUsize::new(0);
+        let own = cluster
+            .dir
+            .join(format!("orte.{}", JOBS.fetch_add(1, Ordering::Relaxed)));
+        let base = if std::fs::create_dir_all(&own).is_ok() {
+            own
+        } else {
+            cluster.dir.clone()
+        };
+        cmd.args(["--mca", "orte_tmpdir_base"]).arg(base);
     }
     cmd.args(extra);
     let n = cluster.nodes.len();
