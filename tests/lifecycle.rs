@@ -175,8 +175,14 @@ impl Drop for Owner {
 struct PrivateTmp(PathBuf);
 
 impl PrivateTmp {
+    /// One per test, also where `cargo test` runs this file's tests as threads of one
+    /// process (nextest runs each in a process of its own): two tests sharing one directory
+    /// took each other's launchers for their own.
     fn new() -> PrivateTmp {
-        let p = std::env::temp_dir().join(format!("tigon-lifecycle-tmp-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("tigon-lifecycle-tmp-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&p).expect("mkdir");
         PrivateTmp(p)
     }
