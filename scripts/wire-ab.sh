@@ -19,7 +19,7 @@ tigon=${CARGO_TARGET_DIR:-target}/release/tigon
 
 # One run over wire $1: its mean one-way time (us) at 1, 8 and 64 bytes.
 one() {
-    "$tigon" run --fabric "$fabric" --wire "$1" -np 2 -- NPopenmpi -l 1 -u 64 -p 0 2>&1 |
+    "$tigon" run --fabric "$fabric" --wire "$1" -np 2 -- NPopenmpi -l 1 -u 64 -p 0 -o "$scratch/np.out" 2>&1 |
         awk '/ 1 bytes| 8 bytes| 64 bytes/ { s += $(NF - 1); n++ }
              END { if (n != 3) exit 1; printf "%.3f\n", s / n }'
 }
@@ -27,8 +27,10 @@ one() {
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 quartile() { sort -g | awk -v q="$1" '{ v[NR] = $1 } END { i = int(q * (NR - 1) + 0.5) + 1; print v[i] }'; }
 
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# The pairs' figures, and NetPIPE's own output file (it writes np.out where it runs).
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+out=$scratch/pairs
 for i in $(seq 1 "$pairs"); do
     if (( i % 2 )); then first=ether; second=udp; else first=udp; second=ether; fi
     a=$(one $first) || { echo "wire-ab: run over $first failed" >&2; exit 1; }
