@@ -100,6 +100,11 @@ enum Which {
         /// wall clock (for instruction counts under callgrind: `scripts/bench-instr.sh`).
         #[arg(long)]
         virtual_clock: bool,
+        /// The simulated nodes name no slot in their frames (wire version 9's hint): engine
+        /// A looks every frame's sender up by address, as before; to see what the hint is
+        /// worth.
+        #[arg(long)]
+        no_slot_hint: bool,
     },
 }
 
@@ -225,6 +230,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
             max_ack_delay_us,
             max_ack_delay_busy_us,
             virtual_clock,
+            no_slot_hint,
         } => {
             if messages == 0 {
                 return Err("--messages 0: use at least 1".into());
@@ -256,6 +262,7 @@ fn run_one(a: BenchArgs) -> Result<(), String> {
                 max_ack_delay_us,
                 max_ack_delay_busy_us,
                 virtual_clock,
+                no_slot_hint,
             };
             let r = scale::run(&peers, messages, rounds, &opts)?;
             println!("{}", scale::render(&r));

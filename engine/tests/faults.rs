@@ -260,6 +260,8 @@ fn header_frame(kind: u8, fields: [u32; 8], len: u16, payload: &[u8]) -> Vec<u8>
         offset: fields[6] as u64 % 3000,
         total: fields[7] as u64 % 100_000,
         tag: fields[2],
+        // Any slot at all: a hint naming no peer, or another one, changes nothing.
+        slot: fields[3],
     };
     let head = r.payload_offset();
     let mut buf = vec![0; (head + payload.len()).max(wire::MIN_FRAME)];

@@ -27,6 +27,7 @@ fn handshake(kind: Kind, version: u8, src_session: u32, dst_session: u32) -> Vec
         window: 64,
         eager_credit: 1 << 16,
         max_ack_delay_us: 0,
+        slot: 0,
     }
     .emit(&mut buf[wire::OVERHEAD..]);
     // Its checksum is its own: over its version byte (a version-1 frame's is another
@@ -201,7 +202,7 @@ fn peers_of_this_version_send_small_messages_under_the_compact_header() {
     assert_eq!(
         round(&mut w, 100, 8),
         100 * (wire::COMPACT_OVERHEAD + 8) as u64,
-        "8-byte messages: 40-byte header"
+        "8-byte messages: 46-byte header"
     );
     assert_eq!(
         round(&mut w, 10, 300),

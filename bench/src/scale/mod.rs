@@ -122,7 +122,8 @@ impl Pair {
         let mut a = Eng::new(cfg, ma, max_frame, CpuCopy::new(HeapMemory::default()))
             .map_err(|e| format!("engine: {e}"))?;
         let dest = a.open_endpoint(Some(0)).map_err(|e| e.to_string())?;
-        let far = Nodes::new(n, lb, dest, match_bits(CTX, 1), SIZE);
+        let mut far = Nodes::new(n, lb, dest, match_bits(CTX, 1), SIZE);
+        far.slot_hints = !opts.no_slot_hint;
         let mut p = Pair {
             a,
             la,
@@ -205,12 +206,17 @@ impl Pair {
                 self.send(pick())?;
                 sent += 1;
             }
-            got += self.step()?;
-            if last.elapsed().as_secs() >= 60 {
-                return Err(format!("stuck: {got} of {count} messages after a minute"));
-            }
-            if got > 0 {
+            let n = self.step()?;
+            got += n;
+            // A minute without a message is a stall (the nodes never resend: a frame the
+            // engine dropped is a message lost), reported with what the engine counted.
+            if n > 0 {
                 last = Instant::now();
+            } else if last.elapsed().as_secs() >= 60 {
+                return Err(format!(
+                    "stuck: {got} of {count} messages, none for a minute; engine stats {:?}",
+                    self.a.stats
+                ));
             }
         }
         while !self.a.nothing_to_send() {
@@ -245,6 +251,9 @@ pub struct Options {
     /// Engine A's clock moves at its native pace per poll and message (see `Pair::vclock`),
     /// not with the wall clock: for instruction counts under callgrind.
     pub virtual_clock: bool,
+    /// The simulated nodes name no slot in their frames (`Repr::slot` 0): engine A looks
+    /// every sender up by address.
+    pub no_slot_hint: bool,
 }
 
 /// Measures one peer count; `messages` per traffic phase.
@@ -369,12 +378,19 @@ pub fn run(
     let list: Vec<String> = peers.iter().map(usize::to_string).collect();
     Ok(Report {
         command: format!(
-            "tigon bench scale --peers {} --messages {messages} --rounds {rounds}{}{}",
+            "tigon bench scale --peers {} --messages {messages} --rounds {rounds}{}{}{}{}",
             list.join(","),
             opts.max_ack_delay_us
                 .map_or(String::new(), |d| format!(" --max-ack-delay-us {d}")),
+            opts.max_ack_delay_busy_us
+                .map_or(String::new(), |d| format!(" --max-ack-delay-busy-us {d}")),
             if opts.virtual_clock {
                 " --virtual-clock"
+            } else {
+                ""
+            },
+            if opts.no_slot_hint {
+                " --no-slot-hint"
             } else {
                 ""
             }

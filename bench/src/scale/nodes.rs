@@ -29,7 +29,10 @@ struct Node {
     state: State,
     /// Messages asked for while connecting, sent once connected.
     queued: u16,
-    session: u32,
+    /// The node under test's slot of this node + 1, from its ConnectAck: every frame
+    /// carries it (`Repr::slot`). (The node's session is a function of its index:
+    /// `session_of`.)
+    slot: u32,
     /// The node under test's connection id, from its ConnectAck (its session and the first
     /// sequence number of its stream; this node's stream starts at 0).
     remote: u32,
@@ -51,6 +54,9 @@ pub struct Nodes {
     payload: Vec<u8>,
     rx: Vec<MemFrame>,
     tx: Vec<Vec<u8>>,
+    /// Whether the nodes name the slot the node under test gave them in their frames
+    /// (`Repr::slot`; else 0: it looks them up by address).
+    pub slot_hints: bool,
     /// Frames sent and received (for the report: what the engine under test handled).
     pub frames_out: u64,
     pub frames_in: u64,
@@ -61,26 +67,29 @@ pub fn mac_of(i: usize) -> MacAddr {
     MacAddr([2, 1, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8])
 }
 
+/// Node `i`'s session: any non-zero value distinct per node will do.
+fn session_of(i: usize) -> u32 {
+    (i as u32).wrapping_mul(0x9e37_79b9) | 1
+}
+
 fn index_of(m: MacAddr) -> usize {
     (m.0[3] as usize) << 16 | (m.0[4] as usize) << 8 | m.0[5] as usize
 }
 
 impl Nodes {
     pub fn new(n: usize, link: MemLink, dest: EndpointAddr, bits: u64, size: usize) -> Nodes {
-        let nodes = (0..n)
-            .map(|i| Node {
-                state: State::Idle,
-                queued: 0,
-                // Any non-zero value distinct per node will do.
-                session: (i as u32).wrapping_mul(0x9e37_79b9) | 1,
-                remote: 0,
-                next_seq: 0,
-                rcv_next: 0,
-                grant: 0,
-                released: 0,
-                used: 0,
-            })
-            .collect();
+        let idle = Node {
+            state: State::Idle,
+            queued: 0,
+            slot: 0,
+            remote: 0,
+            next_seq: 0,
+            rcv_next: 0,
+            grant: 0,
+            released: 0,
+            used: 0,
+        };
+        let nodes = vec![idle; n];
         Nodes {
             nodes,
             link,
@@ -89,6 +98,7 @@ impl Nodes {
             payload: vec![7; size],
             rx: Vec::new(),
             tx: Vec::new(),
+            slot_hints: true,
             frames_out: 0,
             frames_in: 0,
         }
@@ -134,16 +144,17 @@ impl Nodes {
             src_mac: mac_of(i),
             kind: Some(kind),
             // Connection ids (`wire::conn_id`), the handshake's raw sessions set by the caller.
-            src_session: wire::conn_id(n.session, 0),
+            src_session: wire::conn_id(session_of(i), 0),
             dst_session: n.remote,
             ack: n.rcv_next,
+            slot: n.slot,
             ..Repr::default()
         }
     }
 
     fn connect(&mut self, i: usize) {
         let h = Repr {
-            src_session: self.nodes[i].session,
+            src_session: session_of(i),
             dst_session: 0,
             seq: 0,
             length: wire::CONNECT_PAYLOAD_LEN as u32,
@@ -156,6 +167,8 @@ impl Nodes {
             eager_credit: 0,
             // Every frame from the node under test is acknowledged at once.
             max_ack_delay_us: 0,
+            // Its frames are found by their address (this side has no table to spare).
+            slot: 0,
         }
         .emit(&mut p);
         self.push(h, &p);
@@ -238,10 +251,11 @@ impl Nodes {
                     return;
                 };
                 let n = &mut self.nodes[i];
-                if n.state != State::Connecting || r.dst_session != n.session {
+                if n.state != State::Connecting || r.dst_session != session_of(i) {
                     return;
                 }
                 n.state = State::Connected;
+                n.slot = if self.slot_hints { c.slot } else { 0 };
                 n.remote = wire::conn_id(r.src_session, r.seq);
                 n.rcv_next = r.seq;
                 n.grant = c.eager_credit;

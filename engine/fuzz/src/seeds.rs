@@ -85,6 +85,7 @@ pub fn frames() -> Vec<Vec<u8>> {
         window: 1024,
         eager_credit: 1 << 20,
         max_ack_delay_us: 5000,
+        slot: 1,
     }
     .emit(&mut connect);
     let mut sack = AckRepr::default();
@@ -187,6 +188,7 @@ pub fn frames() -> Vec<Vec<u8>> {
             hold_us: 5_000,
             ack: 9,
             credit: 1000,
+            slot: 3,
         },
     );
     Frame::new_unchecked(&mut sa[..]).fill_checksum();
@@ -224,6 +226,7 @@ pub fn engine_rx() -> Vec<Vec<u8>> {
         window: 64,
         eager_credit: 64 << 10,
         max_ack_delay_us: 5000,
+        slot: 1,
     }
     .emit(&mut connect);
     let forged = frame(

@@ -67,6 +67,19 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         Some(p)
     }
 
+    /// The peer node `mac`, found in the slot its frame names (`Repr::slot`: this node's
+    /// slot of the sender + 1, told at connect) when that slot holds it: no lookup by
+    /// address. Else (no hint, a stale one, one from a sender that lies) as
+    /// [`Engine::find_peer`].
+    #[inline]
+    pub(super) fn find_peer_hinted(&mut self, mac: MacAddr, slot: u32) -> Option<usize> {
+        let s = (slot as usize).wrapping_sub(1);
+        if self.peers.get(s).is_some_and(|p| p.mac == mac) && mac != RETIRED {
+            return Some(s);
+        }
+        self.find_peer(mac)
+    }
+
     /// Puts peer `p` on the list the next transmit pass visits: it has frames to send or an
     /// ack owed. The pass arms it for the timers if anything of it is still timed after it
     /// (`settle`): a peer whose ack went out in the same poll as the frame it acknowledges
@@ -120,6 +133,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         peer.credit.grant = wire::FIRST_CREDIT;
         let conn = &mut peer.conn;
         conn.remote = 0;
+        conn.remote_slot = 0;
         conn.remote_window = 1;
         conn.local = conn_id(self.session, isn);
         conn.state = PeerState::Connecting;
@@ -145,10 +159,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let peer = &mut self.peers[p];
         peer.stream.rcv_next = peer_isn;
         peer.conn.remote = conn_id(session, peer_isn);
+        peer.conn.remote_slot = c.slot;
         peer.conn.state = PeerState::Connected;
         peer.conn.remote_session = session;
-        peer.conn.frag = (max_frame - wire::OVERHEAD) as u32;
-        peer.conn.remote_window = c.window;
+        peer.conn.frag = (max_frame - wire::OVERHEAD).min(u16::MAX as usize) as u16;
+        peer.conn.remote_window = c.window.min(u16::MAX as u32) as u16;
         peer.conn.last_rx = now;
         peer.stream.set_peer_ack_delay(c.max_ack_delay_us);
         // A peer of this version grants at least the first credit (already spent, maybe).

@@ -47,7 +47,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         // A compact frame names both sessions by one tag, and is never answered with a
         // Reset (it does not say whom to address; its retransmission carries the full
         // header and will be).
-        let Some(p) = self.find_peer(h.src_mac) else {
+        let Some(p) = self.find_peer_hinted(h.src_mac, h.slot) else {
             self.stats.drop_stale += 1;
             return;
         };
@@ -259,7 +259,7 @@ pub(super) fn small_send<F: 'static>(peer: &Peer<F>, len: u64, rndv_threshold: u
     };
     ready
         && peer.msgs.q.waiting.is_empty()
-        && small_fits(len, peer.conn.frag, rndv_threshold)
+        && small_fits(len, peer.conn.frag as u32, rndv_threshold)
         && eager_cost(len) <= peer.credit.avail()
 }
 

@@ -37,6 +37,10 @@ pub(super) struct Conn {
     /// acks.
     pub(super) local: u32,
     pub(super) remote: u32,
+    /// The peer's slot of this node + 1, from its Connect or ConnectAck (0: not known yet):
+    /// every frame to it carries it (`Repr::slot`), so that it finds this node's state
+    /// without a lookup by address.
+    pub(super) remote_slot: u32,
     pub(super) state: PeerState,
     pub(super) connect_ack_owed: bool,
     /// In the engine's retirement queue (one entry per peer at most).
@@ -45,9 +49,11 @@ pub(super) struct Conn {
     pub(super) connect_tries: u8,
     /// The peer node's session (its incarnation: new with every engine).
     pub(super) remote_session: u32,
-    /// Payload bytes per frame to this peer.
-    pub(super) frag: u32,
-    pub(super) remote_window: u32,
+    /// Payload bytes per frame to this peer (at most 65,535: 16 bits keep the peer in its
+    /// three lines with `remote_slot`).
+    pub(super) frag: u16,
+    /// The peer's reorder window in frames (at most 65,535, as `frag`).
+    pub(super) remote_window: u16,
     pub(super) connect_sent: u64,
 }
 
@@ -247,7 +253,7 @@ impl<F: 'static> Peer<F> {
     }
 
     pub(super) fn new(mac: MacAddr, frag: usize) -> Self {
-        let frag = frag as u32;
+        let frag = frag.min(u16::MAX as usize) as u16;
         Peer {
             mac,
             in_active: false,
@@ -257,6 +263,7 @@ impl<F: 'static> Peer<F> {
                 remote_session: 0,
                 local: 0,
                 remote: 0,
+                remote_slot: 0,
                 frag,
                 remote_window: 1,
                 connect_sent: 0,
@@ -408,6 +415,8 @@ mod tests {
             (at!(P, conn.state), 1),
             (at!(P, conn.local), 4),
             (at!(P, conn.remote), 4),
+            // the hint every frame to the peer carries (the ack visit's frame, too)
+            (at!(P, conn.remote_slot), 4),
             (at!(P, credit.released), 4),
             (at!(P, stream.rcv_next), 4),
             (at!(P, stream.q), 8),

@@ -19,6 +19,9 @@ pub(super) const WARM_PEERS: usize = 4096;
 const AHEAD: usize = 8;
 /// The buckets of the frames between those two read-aheads, by frame number modulo this.
 const RING: usize = 2 * AHEAD;
+/// A read-ahead token with this bit names a peer slot (the frame's `Repr::slot` hint), not
+/// an index bucket.
+const HINTED: u32 = 1 << 31;
 /// A receive takes up to this many bursts (`Config::burst`) when the link holds them: a busy
 /// link's frames are handled in longer runs, with the poll's other work (acks, transmit,
 /// timers) paid once per run. Above all, the read-ahead of many peers' state
@@ -102,19 +105,33 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
     }
 
-    /// Asks for frame `f`'s index bucket; returns it (`u32::MAX`: none).
+    /// Frame `f`'s read-ahead token: the slot it names (`Repr::slot`, wire version 9) with
+    /// [`HINTED`], nothing asked for yet; else its index bucket, asked for (`u32::MAX`:
+    /// none).
     #[inline(always)]
     fn bucket_ahead(&self, f: &L::Frame) -> u32 {
-        src_word(f.as_ref())
+        let f = f.as_ref();
+        if let Some(s) = wire::slot_hint(f) {
+            return HINTED | (s - 1) & !HINTED;
+        }
+        src_word(f)
             .and_then(|w| self.peer_index.prefetch_word(w))
             .unwrap_or(u32::MAX)
     }
 
-    /// Asks for the lines the receive path reads of the peer in bucket `b` (the address the
-    /// lookup compares is in them too).
+    /// Asks for the lines the receive path reads of the peer of read-ahead token `t`: the
+    /// slot a frame named, or the one in its bucket (the address the lookup compares is in
+    /// those lines too).
     #[inline(always)]
-    fn peer_ahead(&self, b: u32) {
-        if let Some(p) = self.peer_index.slot_in(b)
+    fn peer_ahead(&self, t: u32) {
+        let p = if t == u32::MAX {
+            None
+        } else if t & HINTED != 0 {
+            Some((t & !HINTED) as usize)
+        } else {
+            self.peer_index.slot_in(t)
+        };
+        if let Some(p) = p
             && let Some(peer) = self.peers.get(p)
         {
             peer.warm();
@@ -163,7 +180,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 // Reset (it does not say whom to address; its sender hears of this node's
                 // forgetting by its own frames, or its timers).
                 let short = kind == Kind::ShortAck;
-                let Some(p) = self.find_peer(from) else {
+                let Some(p) = self.find_peer_hinted(from, r.slot) else {
                     // A connection this node retired, or one with an earlier incarnation of
                     // this node: the sender is told (the Reset names this incarnation), and
                     // starts a new one or fails what it had in flight.

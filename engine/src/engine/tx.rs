@@ -90,7 +90,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             let peer = &self.peers[p];
             let (conn, stream) = (&peer.conn, &peer.stream);
             let new = conn.state == PeerState::Connected && stream.has_new();
-            let room = (stream.q.unacked.len() as u32) < self.cfg.window.min(conn.remote_window);
+            let room =
+                (stream.q.unacked.len() as u32) < self.cfg.window.min(conn.remote_window as u32);
             if new && !room {
                 self.stats.tx_window_full += 1;
             }
@@ -137,6 +138,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             dst_session: peer.conn.remote,
             ack: peer.stream.rcv_next,
             credit: peer.credit.released,
+            slot: peer.conn.remote_slot,
             ..Repr::default()
         }
     }
@@ -347,7 +349,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The stream's (re)transmissions to peer `p`, within its window.
     fn transmit_stream(&mut self, link: &mut L, p: usize, now: u64, budget: usize) -> usize {
         let peer = &self.peers[p];
-        let limit = self.cfg.window.min(peer.conn.remote_window) as usize;
+        let limit = self.cfg.window.min(peer.conn.remote_window as u32) as usize;
         // Under a quarter of the peer's grant left: the frames ask for their acks at once,
         // which bring the credit back (wire::FLAG_ACK_NOW).
         let low_credit = peer.credit.avail() < peer.credit.grant / 4;
@@ -422,6 +424,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             window: self.cfg.window,
             eager_credit: self.grant_for_new_peer(p),
             max_ack_delay_us: (self.cfg.max_ack_delay_ns / 1_000) as u32,
+            // The peer's frames name this slot: its state found without the index.
+            slot: p as u32 + 1,
         };
         let mut payload = [0u8; wire::CONNECT_PAYLOAD_LEN];
         c.emit(&mut payload);
@@ -599,6 +603,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             credit: header.credit,
             src_rank: s.rank,
             match_bits: s.bits,
+            slot: header.slot,
         };
         let head = wire::COMPACT_OVERHEAD;
         let len = head + d.len as usize;
@@ -732,6 +737,7 @@ fn ack_fields<F: 'static>(peer: &super::peer::Peer<F>, hold_us: u32) -> wire::Ac
         hold_us,
         ack: peer.stream.rcv_next,
         credit: peer.credit.released,
+        slot: peer.conn.remote_slot,
     }
 }
 

@@ -7,7 +7,7 @@ use super::*;
 pub(super) enum Form {
     /// The 80-byte header, big-endian.
     Full,
-    /// The 40-byte compact header ([`Kind::Small`], [`Kind::ShortAck`]), little-endian.
+    /// The 46-byte compact header ([`Kind::Small`], [`Kind::ShortAck`]), little-endian.
     Compact,
     /// The 42-byte pull header ([`Kind::PullData`]), little-endian.
     Pull,

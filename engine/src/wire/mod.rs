@@ -2,7 +2,7 @@
 //!
 //! A tigon frame is an Ethernet II frame with EtherType [`ETHERTYPE`] whose payload starts with
 //! a tigon header followed by the message payload: the full 80-byte header; for a small
-//! eager message in one frame ([`Kind::Small`]) and the short ack a 40-byte compact one; for
+//! eager message in one frame ([`Kind::Small`]) and the short ack a 46-byte compact one; for
 //! a fragment of pulled rendezvous data ([`Kind::PullData`]) a 42-byte one of its own. Every
 //! version of the format starts with the version byte and the kind byte, so a frame of
 //! another version is recognised as such. The full header's integers are big-endian, the
@@ -45,7 +45,13 @@ pub const ETHERTYPE: u16 = 0x88b5;
 /// [`Kind::ShortAck`]) carries in its `seq` field the longest its sender holds an ack from
 /// now on (µs: [`Repr::seq`]); a node serving thousands of peers that each send now and then
 /// holds them longer (`Config::max_ack_delay_busy_ns`), once it has told the peer so.
-pub const VERSION: u8 = 8;
+/// Version 9: every frame but a pull fragment carries the slot under which its receiver
+/// keeps the sender ([`Repr::slot`], told at connect in [`ConnectRepr`] `slot`, 20 bytes;
+/// the compact header grows to 46 bytes): the receiver finds the sender's state
+/// straight from the frame, a lookup by address only where the hint is 0 or names another
+/// peer (with 65,536 peers the index's bucket was a cache miss of its own on every frame,
+/// and the peer's state could be asked for only once it had come).
+pub const VERSION: u8 = 9;
 
 /// The most a node may hold an ack owed while its loop is busy (`Config::max_ack_delay_ns`,
 /// advertised at connect, and what its standalone acks announce since): an ack owed goes out
@@ -69,7 +75,7 @@ pub const HEADER_LEN: usize = 80;
 /// Bytes in front of the payload of a frame with the full header.
 pub const OVERHEAD: usize = ETH_HEADER_LEN + HEADER_LEN;
 /// Length of the compact header of [`Kind::Small`] frames.
-pub const COMPACT_LEN: usize = 40;
+pub const COMPACT_LEN: usize = 46;
 /// Bytes in front of the payload of a [`Kind::Small`] frame.
 pub const COMPACT_OVERHEAD: usize = ETH_HEADER_LEN + COMPACT_LEN;
 /// Longest payload a [`Kind::Small`] frame carries (its length field is one byte).
@@ -254,7 +260,7 @@ mod field {
     pub const OFFSET: Range<usize> = H + 56..H + 64;
     pub const TOTAL: Range<usize> = H + 64..H + 72;
     pub const CHECKSUM: Range<usize> = H + 72..H + 76;
-    pub const RESERVED: Range<usize> = H + 76..H + 80;
+    pub const SLOT: Range<usize> = H + 76..H + 80;
     /// The compact header of `Kind::Small` (version and kind as above).
     pub mod small {
         use core::ops::Range;
@@ -269,7 +275,17 @@ mod field {
         pub const CREDIT: Range<usize> = H + 20..H + 24;
         pub const SRC_RANK: Range<usize> = H + 24..H + 28;
         pub const MATCH_BITS: Range<usize> = H + 28..H + 36;
-        pub const CHECKSUM: Range<usize> = H + 36..H + 40;
+        /// Zero (version 9). With the checksum 4 bytes into a word of the chain and the
+        /// slot behind it, every two bits flipped under 63 apart in the header stay caught
+        /// (`checksum.rs`: two flips in consecutive words of the chain 63 bits apart there
+        /// can cancel, and a flip that the final multiply carries to bit 62 or 63 alone
+        /// changes one bit of the checksum; the checksum right behind the match bits with
+        /// the slot behind it, or the slot in front of it, put such pairs 31 to 55 bits
+        /// apart).
+        pub const RESERVED: Range<usize> = H + 36..H + 38;
+        pub const CHECKSUM: Range<usize> = H + 38..H + 42;
+        /// The slot hint (version 9; [`crate::wire::Repr::slot`]).
+        pub const SLOT: Range<usize> = H + 42..H + 46;
     }
     /// The header of `Kind::PullData` (version and kind as above).
     pub mod pull {
@@ -299,6 +315,28 @@ mod field {
 pub fn conn_id(session: u32, isn: u32) -> u32 {
     let x = (session ^ isn.rotate_left(13)).wrapping_mul(0x9e37_79b1) ^ isn;
     x.max(1)
+}
+
+/// The slot hint ([`Repr::slot`]) of a frame, read where its kind puts it, without any check
+/// of the frame (for reading the peer's state ahead: a wrong one costs a useless read); None
+/// for a pull fragment, a frame too short to hold it, or a hint of 0.
+#[inline(always)]
+pub fn slot_hint(f: &[u8]) -> Option<u32> {
+    let kind = *f.get(field::KIND)?;
+    let at = if kind == Kind::Small as u8 || kind == Kind::ShortAck as u8 {
+        field::small::SLOT
+    } else if kind == Kind::PullData as u8 {
+        return None;
+    } else {
+        field::SLOT
+    };
+    let b: [u8; 4] = f.get(at)?.try_into().ok()?;
+    let s = if kind == Kind::Small as u8 || kind == Kind::ShortAck as u8 {
+        u32::from_le_bytes(b)
+    } else {
+        u32::from_be_bytes(b)
+    };
+    (s != 0).then_some(s)
 }
 
 /// The tag a compact frame carries instead of the sender's and the receiver's sessions: a
@@ -403,8 +441,8 @@ getters! {
     total, set_total, u64, TOTAL;
     /// Checksum over the header (this field as zero) and payload.
     checksum, set_checksum, u32, CHECKSUM;
-    /// Reserved; zero.
-    reserved, set_reserved, u32, RESERVED;
+    /// The receiver's slot of the sender + 1, a lookup hint ([`Repr::slot`]; version 9).
+    slot, set_slot, u32, SLOT;
 }
 
 impl<T: AsRef<[u8]>> Frame<T> {
@@ -583,6 +621,11 @@ pub struct Repr {
     pub total: u64,
     /// A [`Kind::Small`] frame's [`session_tag`] (its sessions read 0).
     pub tag: u32,
+    /// Where the receiver keeps the sender: its peer slot + 1, as the receiver told at
+    /// connect ([`ConnectRepr`] `slot`); 0 where not known (a `Connect`, a frame riding
+    /// behind it). A hint only: the receiver checks the slot's address (version 9). Not in
+    /// a [`Kind::PullData`] frame (no room in its header; its peer is looked up).
+    pub slot: u32,
 }
 
 impl Repr {
@@ -604,6 +647,7 @@ impl Repr {
                 seq: r.seq,
                 ack: r.ack,
                 credit: r.credit,
+                slot: r.slot,
                 ..Repr::default()
             });
         }
@@ -643,6 +687,7 @@ impl Repr {
             offset: u64::from_be_bytes(get(b, field::OFFSET)),
             total: u64::from_be_bytes(get(b, field::TOTAL)),
             tag: 0,
+            slot: u32::from_be_bytes(get(b, field::SLOT)),
         };
         if r.src_session == 0 {
             return Err(Error::Malformed);
@@ -720,6 +765,7 @@ impl Repr {
                     hold_us: self.seq,
                     ack: self.ack,
                     credit: self.credit,
+                    slot: self.slot,
                 },
             );
         }
@@ -750,7 +796,7 @@ impl Repr {
         put(b, field::OFFSET, self.offset.to_be_bytes());
         put(b, field::TOTAL, self.total.to_be_bytes());
         put(b, field::CHECKSUM, [0; 4]);
-        put(b, field::RESERVED, [0; 4]);
+        put(b, field::SLOT, self.slot.to_be_bytes());
         Self::pad(buf, OVERHEAD + self.length as usize)
     }
 
@@ -775,6 +821,7 @@ impl Repr {
             credit: self.credit,
             src_rank: self.src_rank,
             match_bits: self.match_bits,
+            slot: self.slot,
         }
         .emit(buf)
     }

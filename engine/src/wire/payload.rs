@@ -53,9 +53,12 @@ pub struct ConnectRepr {
     /// Longest the sender holds an ack owed while its loop is busy, in µs (wire version 7;
     /// the peer's retransmit timeout adds it; taken as at most `ACK_DELAY_LIMIT_NS`).
     pub max_ack_delay_us: u32,
+    /// The slot under which the sender keeps the receiver, + 1: every later frame to the
+    /// sender carries it ([`super::Repr::slot`], version 9).
+    pub slot: u32,
 }
 
-pub const CONNECT_PAYLOAD_LEN: usize = 16;
+pub const CONNECT_PAYLOAD_LEN: usize = 20;
 
 impl ConnectRepr {
     pub fn parse(p: &[u8]) -> Result<ConnectRepr, Error> {
@@ -68,6 +71,7 @@ impl ConnectRepr {
             window: u(4),
             eager_credit: u(8),
             max_ack_delay_us: u(12),
+            slot: u(16),
         };
         if (r.max_frame as usize) < OVERHEAD + 64 || r.window == 0 {
             return Err(Error::Malformed);
@@ -79,5 +83,6 @@ impl ConnectRepr {
         p[4..8].copy_from_slice(&self.window.to_be_bytes());
         p[8..12].copy_from_slice(&self.eager_credit.to_be_bytes());
         p[12..16].copy_from_slice(&self.max_ack_delay_us.to_be_bytes());
+        p[16..20].copy_from_slice(&self.slot.to_be_bytes());
     }
 }

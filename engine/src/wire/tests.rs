@@ -22,6 +22,7 @@ fn sample() -> Repr {
         offset: 10,
         total: 20,
         tag: 0,
+        slot: 0x0002_0003,
     }
 }
 
@@ -79,6 +80,7 @@ fn a_short_ack_written_whole_is_the_frame_emit_and_fill_make() {
             hold_us: 5_000,
             ack: 77,
             credit: 0x1_0203,
+            slot: 0x0001_0001,
         };
         let n = short_ack(&mut a, dst, src, flags, f);
         fill_small_checksum(&mut a[..n]);
@@ -88,8 +90,15 @@ fn a_short_ack_written_whole_is_the_frame_emit_and_fill_make() {
         let f = Frame::new_checked(&b[..MIN_FRAME]).unwrap();
         let r = Repr::parse(&f).unwrap();
         assert_eq!(
-            (r.kind, r.tag, r.seq, r.ack, r.credit),
-            (Some(Kind::ShortAck), 0xdead_beef, 5_000, 77, 0x1_0203)
+            (r.kind, r.tag, r.seq, r.ack, r.credit, r.slot),
+            (
+                Some(Kind::ShortAck),
+                0xdead_beef,
+                5_000,
+                77,
+                0x1_0203,
+                0x0001_0001
+            )
         );
     }
     assert!(!write_short_ack(
@@ -102,12 +111,12 @@ fn a_short_ack_written_whole_is_the_frame_emit_and_fill_make() {
 }
 
 #[test]
-fn small_message_header_is_40_bytes_and_round_trips() {
-    const { assert!(COMPACT_LEN <= 40) };
+fn small_message_header_is_46_bytes_and_round_trips() {
+    const { assert!(COMPACT_LEN <= 46) };
     let r = small();
     let mut buf = vec![0u8; 256];
     let n = r.emit(&mut buf);
-    assert_eq!(n, MIN_FRAME.max(ETH_HEADER_LEN + 40 + 8));
+    assert_eq!(n, MIN_FRAME.max(ETH_HEADER_LEN + 46 + 8));
     buf[COMPACT_OVERHEAD..COMPACT_OVERHEAD + 8].copy_from_slice(b"8 bytes!");
     Frame::new_unchecked(&mut buf[..n]).fill_checksum();
     let f = Frame::new_checked(&buf[..n]).unwrap();
@@ -385,6 +394,8 @@ fn a_mac_word_is_equal_exactly_when_the_addresses_are() {
 fn pulled() -> Repr {
     Repr {
         kind: Some(Kind::PullData),
+        // Not carried by the pull header.
+        slot: 0,
         flags: 0,
         dst_ep: 0,
         src_ep: 0,

@@ -33,7 +33,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     pub(in crate::engine) fn queue_send(&mut self, p: usize, id: ReqId) {
         let rndv_threshold = self.cfg.rndv_threshold as u64;
         let peer = &mut self.peers[p];
-        let (frag, avail) = (peer.conn.frag, peer.credit.avail());
+        let (frag, avail) = (peer.conn.frag as u32, peer.credit.avail());
         let Some(s) = self.reqs.send_mut(id) else {
             return;
         };

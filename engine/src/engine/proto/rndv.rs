@@ -89,7 +89,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     #[inline]
     fn pull_budget(&self, p: usize) -> u64 {
         let conn = &self.peers[p].conn;
-        let frames = self.cfg.window.min(conn.remote_window) as usize;
+        let frames = self.cfg.window.min(conn.remote_window as u32) as usize;
         let block = self.cfg.pull_block.max(1);
         let blocks =
             (frames * conn.pull_frag() as usize / block).clamp(self.cfg.pull_outstanding, 256);
