@@ -3,12 +3,12 @@
 //! the ack still goes out on time, exactly once, and an idle loop's sleep budget still wakes
 //! it for that ack.
 
+mod common;
+use common::{MemEng as Eng, mem_engine};
 use tigon_engine::matching::match_bits;
 use tigon_engine::memlink::{self, MemLink};
 use tigon_engine::wire::MacAddr;
 use tigon_engine::*;
-
-type Eng = Engine<MemLink, CpuCopy<HeapMemory>>;
 
 struct Two {
     a: Eng,
@@ -22,21 +22,10 @@ impl Two {
     fn new() -> Two {
         let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
         let (la, lb) = memlink::pair(ma, mb, 1514, 256);
-        let eng = |mac| {
-            let mut e = Eng::new(
-                Config::default(),
-                mac,
-                1514,
-                CpuCopy::new(HeapMemory::default()),
-            )
-            .unwrap();
-            e.open_endpoint(Some(0)).unwrap();
-            e
-        };
         Two {
-            a: eng(ma),
+            a: mem_engine(ma),
             la,
-            b: eng(mb),
+            b: mem_engine(mb),
             lb,
             now: 1_000,
         }

@@ -3,25 +3,13 @@
 //! state without a lookup by address. A hint is only a hint: one that is 0, names no peer, or
 //! names another peer changes nothing about where the frame goes.
 
+mod common;
+use common::{MemEng as Eng, mem_engine as engine};
 use tigon_engine::link::Link;
 use tigon_engine::matching::match_bits;
 use tigon_engine::memlink::{self, MemLink};
 use tigon_engine::wire::{self, Kind, MacAddr};
 use tigon_engine::*;
-
-type Eng = Engine<MemLink, CpuCopy<HeapMemory>>;
-
-fn engine(mac: MacAddr) -> Eng {
-    let mut e = Eng::new(
-        Config::default(),
-        mac,
-        1514,
-        CpuCopy::new(HeapMemory::default()),
-    )
-    .unwrap();
-    e.open_endpoint(Some(0)).unwrap();
-    e
-}
 
 /// `from` sends `payload` to `to`'s endpoint 0 (tag `tag`, rank `rank`), which receives it:
 /// both polled on their link until it completes.

@@ -1,25 +1,13 @@
 //! A small message under the compact header is taken only when it is addressed to this node
 //! (or broadcast): its destination is checked as one integer on the fast path.
 
+mod common;
+use common::{MemEng as Eng, mem_engine as engine};
 use tigon_engine::link::Link;
 use tigon_engine::matching::match_bits;
-use tigon_engine::memlink::{self, MemLink};
+use tigon_engine::memlink;
 use tigon_engine::wire::{self, Kind, MacAddr};
 use tigon_engine::*;
-
-type Eng = Engine<MemLink, CpuCopy<HeapMemory>>;
-
-fn engine(mac: MacAddr) -> Eng {
-    let mut e = Eng::new(
-        Config::default(),
-        mac,
-        1514,
-        CpuCopy::new(HeapMemory::default()),
-    )
-    .unwrap();
-    e.open_endpoint(Some(0)).unwrap();
-    e
-}
 
 #[test]
 fn a_small_frame_for_another_node_is_dropped_and_a_broadcast_one_taken() {

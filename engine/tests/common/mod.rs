@@ -5,6 +5,22 @@ use tigon_engine::sim::{Faults, SimNet, SimPort};
 use tigon_engine::*;
 
 pub type Eng = Engine<SimPort, CpuCopy<HeapMemory>>;
+/// An engine on the in-memory link (tests that pass frames by hand).
+pub type MemEng = Engine<tigon_engine::memlink::MemLink, CpuCopy<HeapMemory>>;
+
+/// An engine at `mac` on the in-memory link (frames up to 1514 bytes, the default
+/// configuration), its endpoint 0 open.
+pub fn mem_engine(mac: MacAddr) -> MemEng {
+    let mut e = MemEng::new(
+        Config::default(),
+        mac,
+        1514,
+        CpuCopy::new(HeapMemory::default()),
+    )
+    .unwrap();
+    e.open_endpoint(Some(0)).unwrap();
+    e
+}
 
 pub struct Node {
     pub eng: Eng,
