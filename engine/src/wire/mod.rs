@@ -13,12 +13,14 @@ use core::fmt;
 
 mod checksum;
 mod form;
+mod ids;
 mod mac;
 mod payload;
 mod pull;
 mod small;
 pub use checksum::{checksum, pull_header_checksum, small_checksum, small_header_checksum};
 use form::Form;
+pub use ids::{conn_id, session_tag, slot_hint};
 pub use mac::MacAddr;
 pub use payload::{
     ACK_PAYLOAD_LEN, AckRepr, CONNECT_PAYLOAD_LEN, ConnectRepr, SACK_BITS, SACK_WORDS,
@@ -305,46 +307,6 @@ mod field {
         /// `short_checksum`, for why the last word's length matters).
         pub const CHECKSUM: Range<usize> = H + 38..H + 42;
     }
-}
-
-/// A connection's id on one side, carried as `src_session` / `dst_session` by every frame but
-/// the handshake: the node's session mixed with the first sequence number of that side's
-/// stream in this connection (random, in the Connect or ConnectAck `seq`). Two connections
-/// between the same two incarnations (one was retired) thus never share ids. Never 0.
-#[inline]
-pub fn conn_id(session: u32, isn: u32) -> u32 {
-    let x = (session ^ isn.rotate_left(13)).wrapping_mul(0x9e37_79b1) ^ isn;
-    x.max(1)
-}
-
-/// The slot hint ([`Repr::slot`]) of a frame, read where its kind puts it, without any check
-/// of the frame (for reading the peer's state ahead: a wrong one costs a useless read); None
-/// for a pull fragment, a frame too short to hold it, or a hint of 0.
-#[inline(always)]
-pub fn slot_hint(f: &[u8]) -> Option<u32> {
-    let kind = *f.get(field::KIND)?;
-    let at = if kind == Kind::Small as u8 || kind == Kind::ShortAck as u8 {
-        field::small::SLOT
-    } else if kind == Kind::PullData as u8 {
-        return None;
-    } else {
-        field::SLOT
-    };
-    let b: [u8; 4] = f.get(at)?.try_into().ok()?;
-    let s = if kind == Kind::Small as u8 || kind == Kind::ShortAck as u8 {
-        u32::from_le_bytes(b)
-    } else {
-        u32::from_be_bytes(b)
-    };
-    (s != 0).then_some(s)
-}
-
-/// The tag a compact frame carries instead of the sender's and the receiver's sessions: a
-/// bijection of each given the other, so a frame of another incarnation of either side
-/// mismatches (but for a 2^-32 chance).
-#[inline]
-pub fn session_tag(src_session: u32, dst_session: u32) -> u32 {
-    src_session ^ dst_session.rotate_left(16) ^ 0x5a5a_a5a5
 }
 
 #[inline]
