@@ -67,8 +67,10 @@ pub struct Report {
     /// msgs/s at the largest peer count over msgs/s at the smallest: the median of the
     /// rounds' ratios, each of two counts measured one right after the other.
     pub rate_ratio: f64,
-    /// Each round's ratio, in the order run.
+    /// Each round's ratio (the median of its chunks'), in the order run.
     pub round_ratios: Vec<f64>,
+    /// Each round's chunks' ratios, in the order run ([`CHUNKS`]).
+    pub chunk_ratios: Vec<Vec<f64>>,
     /// Every round's rows, in the order run.
     pub rounds: Vec<Vec<Row>>,
 }
@@ -185,9 +187,8 @@ impl Pair {
     }
 
     /// Sends `count` messages, `DEPTH` in flight, from nodes `pick` chooses; returns the
-    /// seconds it took until A received them all and paid every ack it held for them (once
-    /// the traffic stops, A's loop runs idle and sends them: counted here, not left to the
-    /// next phase), and the seconds of it engine A worked.
+    /// seconds it took until A received them all, and the seconds of it engine A worked.
+    /// The acks A holds for them are left held (see [`Pair::drain`]).
     /// Never inlined: `make bench-instr` counts
     /// the instructions of this function alone (callgrind `--toggle-collect`), leaving out
     /// the phases that poll for a wall-clock time.
@@ -219,13 +220,29 @@ impl Pair {
                 ));
             }
         }
+        Ok((start.elapsed().as_secs_f64(), (self.a_ns - a0) as f64 / 1e9))
+    }
+
+    /// Polls until A has paid every ack it holds (once the traffic stops, A's loop runs idle
+    /// and sends them); returns the seconds it took and those A worked: a phase's acks are
+    /// counted in its time, not left to the next phase.
+    fn drain(&mut self) -> Result<(f64, f64), String> {
+        let start = Instant::now();
+        let a0 = self.a_ns;
         while !self.a.nothing_to_send() {
             self.step()?;
-            if last.elapsed().as_secs() >= 60 {
+            if start.elapsed().as_secs() >= 60 {
                 return Err("acks still held a minute after the traffic".into());
             }
         }
         Ok((start.elapsed().as_secs_f64(), (self.a_ns - a0) as f64 / 1e9))
+    }
+
+    /// A phase: [`Pair::traffic`], then [`Pair::drain`]; the two's seconds added.
+    fn phase(&mut self, count: usize, pick: impl FnMut() -> usize) -> Result<(f64, f64), String> {
+        let (w, s) = self.traffic(count, pick)?;
+        let (dw, ds) = self.drain()?;
+        Ok((w + dw, s + ds))
     }
 }
 
@@ -256,86 +273,189 @@ pub struct Options {
     pub no_slot_hint: bool,
 }
 
-/// Measures one peer count; `messages` per traffic phase.
-pub fn run_case(n: usize, messages: usize, opts: &Options) -> Result<Row, String> {
-    let rss0 = rss_bytes();
-    let t = Instant::now();
-    let mut p = Pair::new(n, opts)?;
-    // Every endpoint's first message sets its peer up (lazily, on both ends).
-    let mut next = 0;
-    p.traffic(n, || {
-        next += 1;
-        next - 1
-    })?;
-    let setup_s = t.elapsed().as_secs_f64();
-    // Idle: delayed acks go out, and peers idle for `credit_idle_ns` (100 ms) give their
-    // queues' buffers back; then measure. 150 ms of A's clock (its own time, nearly all of
-    // an idle loop's); a virtual clock (under callgrind) for 150 ms of the wall's, as ever.
-    let idle = Instant::now();
-    let a0 = p.a_ns;
-    let idle_done = |p: &Pair| match p.vclock {
-        Some(_) => idle.elapsed().as_millis() >= 150,
-        None => p.a_ns - a0 >= 150_000_000 || idle.elapsed().as_secs() >= 2,
-    };
-    while !idle_done(&p) {
-        p.step()?;
-    }
-    let rss_per_peer_bytes = rss_bytes().saturating_sub(rss0) as f64 / n as f64;
-    let per_peer = |e: &Eng| {
-        let (peers, bytes) = e.peer_memory();
-        bytes as f64 / peers.max(1) as f64
-    };
-    let idle_peer_bytes = per_peer(&p.a);
+/// Uniform traffic is measured in this many chunks per round, the peer counts taking turns
+/// chunk by chunk: this VM's pace moves by up to a fifth from one second to the next, and
+/// chunks a few tenths of a second apart meet the same host far more often than whole
+/// phases several seconds apart did (rounds' ratios 0.57-1.10 then).
+pub const CHUNKS: usize = 10;
 
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let a_sent = p.a.stats.tx_frames;
-    let (wall, secs) = p.traffic(messages, || rng.below(n))?;
-    let msgs_per_s = messages as f64 / secs;
-    let loop_msgs_per_s = messages as f64 / wall;
-    let a_frames_per_msg = (p.a.stats.tx_frames - a_sent) as f64 / messages as f64;
-    let hot = HOT.min(n);
-    let a_sent = p.a.stats.tx_frames;
-    let (_, secs_hot) = p.traffic(messages, || {
-        if rng.below(10) < 9 {
-            rng.below(hot)
-        } else {
-            rng.below(n)
-        }
-    })?;
-    let a_frames_per_msg_hot = (p.a.stats.tx_frames - a_sent) as f64 / messages as f64;
-    let active_peer_bytes = per_peer(&p.a);
+/// One peer count being measured: its pair, set up and idle, and its uniform traffic so far.
+struct Case {
+    p: Pair,
+    n: usize,
+    rng: Rng,
+    setup_s: f64,
+    idle_peer_bytes: f64,
+    rss_per_peer_bytes: f64,
+    /// The process's resident memory before this case, and after its set-up and idle spell.
+    rss_before: u64,
+    rss_after: u64,
+    /// Uniform traffic: messages, wall and A's seconds, A's frames sent, over every chunk.
+    msgs: usize,
+    wall: f64,
+    secs: f64,
+    frames: u64,
+}
 
-    // One message at a time, from a random endpoint, through both loops.
-    let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-    for _ in 0..2000 {
-        let from = rng.below(n);
+impl Case {
+    /// Sets up `n` lazily connected peers and lets them go idle.
+    fn new(n: usize, opts: &Options) -> Result<Case, String> {
+        let rss_before = rss_bytes();
         let t = Instant::now();
-        p.send(from)?;
-        while p.step()? == 0 {}
-        hist.record(t.elapsed().as_nanos() as u64).ok();
+        let mut p = Pair::new(n, opts)?;
+        // Every endpoint's first message sets its peer up (lazily, on both ends).
+        let mut next = 0;
+        p.phase(n, || {
+            next += 1;
+            next - 1
+        })?;
+        let setup_s = t.elapsed().as_secs_f64();
+        // Idle: delayed acks go out, and peers idle for `credit_idle_ns` (100 ms) give their
+        // queues' buffers back; then measure. 150 ms of A's clock (its own time, nearly all
+        // of an idle loop's); a virtual clock (under callgrind) for 150 ms of the wall's.
+        let idle = Instant::now();
+        let a0 = p.a_ns;
+        let idle_done = |p: &Pair| match p.vclock {
+            Some(_) => idle.elapsed().as_millis() >= 150,
+            None => p.a_ns - a0 >= 150_000_000 || idle.elapsed().as_secs() >= 2,
+        };
+        while !idle_done(&p) {
+            p.step()?;
+        }
+        let rss_after = rss_bytes();
+        let idle_peer_bytes = per_peer(&p.a);
+        Ok(Case {
+            p,
+            n,
+            rng: Rng(0x9e37_79b9_7f4a_7c15),
+            setup_s,
+            idle_peer_bytes,
+            rss_per_peer_bytes: rss_after.saturating_sub(rss_before) as f64 / n as f64,
+            rss_before,
+            rss_after,
+            msgs: 0,
+            wall: 0.0,
+            secs: 0.0,
+            frames: 0,
+        })
     }
-    Ok(Row {
-        peers: n,
-        setup_s,
-        msgs_per_s,
-        msgs_per_s_hot: messages as f64 / secs_hot,
-        loop_msgs_per_s,
-        a_frames_per_msg,
-        a_frames_per_msg_hot,
-        idle_peer_bytes,
-        active_peer_bytes,
-        rss_per_peer_bytes,
-        rss_bytes: rss_bytes(),
-        p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
-        p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
-        retransmits: p.a.stats.retransmits,
-    })
+
+    /// `count` messages of uniform traffic, each from a random one of the N nodes; returns
+    /// their rate over A's time. The acks A holds stay held into the next chunk, as in one
+    /// long phase (paying them at every chunk's end would add an ack per peer per chunk).
+    fn uniform(&mut self, count: usize) -> Result<f64, String> {
+        let (n, sent) = (self.n, self.p.a.stats.tx_frames);
+        let rng = &mut self.rng;
+        let (wall, secs) = self.p.traffic(count, || rng.below(n))?;
+        self.msgs += count;
+        self.wall += wall;
+        self.secs += secs;
+        self.frames += self.p.a.stats.tx_frames - sent;
+        Ok(count as f64 / secs)
+    }
+
+    /// Ends the uniform phase (A's held acks paid, in its time), then measures the bursty
+    /// phase and the latency of one message.
+    fn finish(mut self, messages: usize, rss_base: u64) -> Result<Row, String> {
+        let sent = self.p.a.stats.tx_frames;
+        let (wall, secs) = self.p.drain()?;
+        self.wall += wall;
+        self.secs += secs;
+        self.frames += self.p.a.stats.tx_frames - sent;
+        let Case { mut p, n, mut rng, .. } = self;
+        let hot = HOT.min(n);
+        let a_sent = p.a.stats.tx_frames;
+        let (_, secs_hot) = p.phase(messages, || {
+            if rng.below(10) < 9 {
+                rng.below(hot)
+            } else {
+                rng.below(n)
+            }
+        })?;
+        let a_frames_per_msg_hot = (p.a.stats.tx_frames - a_sent) as f64 / messages as f64;
+        let active_peer_bytes = per_peer(&p.a);
+
+        // One message at a time, from a random endpoint, through both loops.
+        let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        for _ in 0..2000 {
+            let from = rng.below(n);
+            let t = Instant::now();
+            p.send(from)?;
+            while p.step()? == 0 {}
+            hist.record(t.elapsed().as_nanos() as u64).ok();
+        }
+        let msgs = self.msgs.max(1) as f64;
+        Ok(Row {
+            peers: n,
+            setup_s: self.setup_s,
+            msgs_per_s: msgs / self.secs,
+            msgs_per_s_hot: messages as f64 / secs_hot,
+            loop_msgs_per_s: msgs / self.wall,
+            a_frames_per_msg: self.frames as f64 / msgs,
+            a_frames_per_msg_hot,
+            idle_peer_bytes: self.idle_peer_bytes,
+            active_peer_bytes,
+            rss_per_peer_bytes: self.rss_per_peer_bytes,
+            // The process as it would be with this count alone: its baseline and what this
+            // count's set-up added (the other counts' pairs are alive beside it).
+            rss_bytes: rss_base + self.rss_after.saturating_sub(self.rss_before),
+            p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
+            retransmits: p.a.stats.retransmits,
+        })
+    }
+}
+
+/// Engine memory per peer: engine A's own accounting of its peers over their number.
+fn per_peer(e: &Eng) -> f64 {
+    let (peers, bytes) = e.peer_memory();
+    bytes as f64 / peers.max(1) as f64
+}
+
+/// One round: every count in `peers` set up (one after the other), their uniform traffic in
+/// [`CHUNKS`] chunks of `messages` in all, the counts taking turns chunk by chunk, then each
+/// one's bursty phase and latency. Returns the rows and the chunks' ratios of the most peers'
+/// rate to the fewest's.
+fn round(
+    peers: &[usize],
+    messages: usize,
+    opts: &Options,
+    progress: &str,
+) -> Result<(Vec<Row>, Vec<f64>), String> {
+    let rss_base = rss_bytes();
+    let mut cases = Vec::new();
+    for &n in peers {
+        report::progress(&format!("{progress}, setting up {n} peers"));
+        cases.push(Case::new(n, opts)?);
+    }
+    let chunks = CHUNKS.min(messages).max(1);
+    let mut ratios = Vec::new();
+    for k in 0..chunks {
+        report::progress(&format!("{progress}, uniform traffic {}/{chunks}", k + 1));
+        // Chunk k's share of `messages` (the first chunks take the remainder).
+        let count = messages / chunks + usize::from(k < messages % chunks);
+        let mut rates = Vec::new();
+        for c in &mut cases {
+            rates.push(c.uniform(count)?);
+        }
+        if let (Some(&f), Some(&l)) = (rates.first(), rates.last())
+            && f > 0.0
+        {
+            ratios.push(l / f);
+        }
+    }
+    let mut rows = Vec::new();
+    for c in cases {
+        report::progress(&format!("{progress}, bursty traffic, {} peers", c.n));
+        rows.push(c.finish(messages, rss_base)?);
+    }
+    Ok((rows, ratios))
 }
 
 /// Runs every peer count in `peers` (ascending), `messages` per traffic phase, `rounds` times
-/// over: the counts of a round one right after the other, so that the host's slow spells
-/// (this VM's rate of one count moves by up to a fifth between runs) fall on both ends of a
-/// ratio alike, and the median of the rounds' ratios is the figure.
+/// over ([`round`]: the counts' uniform traffic interleaved chunk by chunk, so that the
+/// host's slow spells fall on both ends of a ratio alike). A round's ratio is the median of
+/// its chunks' ratios, and the median of the rounds' is the figure.
 pub fn run(
     peers: &[usize],
     messages: usize,
@@ -348,23 +468,19 @@ pub fn run(
     if rounds == 0 {
         return Err("--rounds 0: use at least 1".into());
     }
+    if messages == 0 {
+        return Err("--messages 0: use at least 1".into());
+    }
     let mut all = Vec::new();
+    let mut round_ratios = Vec::new();
+    let mut chunk_ratios = Vec::new();
     for k in 1..=rounds {
-        let mut rows = Vec::new();
-        for &n in peers {
-            report::progress(&format!("bench scale: round {k}/{rounds}, {n} peers"));
-            rows.push(run_case(n, messages, opts)?);
-        }
+        let (rows, ratios) = round(peers, messages, opts, &format!("bench scale: round {k}/{rounds}"))?;
         all.push(rows);
+        round_ratios.push(median(&ratios));
+        chunk_ratios.push(ratios);
     }
     report::progress_done();
-    let round_ratios: Vec<f64> = all
-        .iter()
-        .map(|rows| match (rows.first(), rows.last()) {
-            (Some(f), Some(l)) if f.msgs_per_s > 0.0 => l.msgs_per_s / f.msgs_per_s,
-            _ => 0.0,
-        })
-        .collect();
     let rate_ratio = median(&round_ratios);
     // The first round's rows (memory as a fresh process holds it: later rounds' RSS counts
     // what the allocator kept of the rounds before), with the rounds' median rates.
@@ -398,6 +514,7 @@ pub fn run(
         rows,
         rate_ratio,
         round_ratios,
+        chunk_ratios,
         rounds: all,
     })
 }
@@ -458,11 +575,14 @@ pub fn render(r: &Report) -> String {
          nodes' {} B each, freed heap included). A frames/msg: frames engine A sent per message\n\
          received (its acks), uniform phase; hot: the same, bursty phase. msgs/s: over engine A's\n\
          time (also A's clock: the nodes stand for other machines); loop msgs/s: over the whole\n\
-         loop's, the simulated nodes' work included.\n\
+         loop's, the simulated nodes' work included; uniform traffic in {} chunks per round, the\n\
+         counts taking turns. RSS MiB: the process's baseline and this count's set-up.\n\
          Rows: the first round's (a fresh process), its msgs/s the median of the rounds'.\n\
-         msgs/s at the most peers / at the fewest, per round: {}; median {:.2} (target >= 0.90)\n\
+         msgs/s at the most peers / at the fewest, per round (the median of its chunks'): {};\n\
+         median {:.2} (target >= 0.90)\n\
          reproduce: {}",
         nodes::Nodes::bytes_per_node(),
+        CHUNKS,
         r.round_ratios
             .iter()
             .map(|x| format!("{x:.2}"))
