@@ -362,7 +362,9 @@ impl Case {
         self.wall += wall;
         self.secs += secs;
         self.frames += self.p.a.stats.tx_frames - sent;
-        let Case { mut p, n, mut rng, .. } = self;
+        let Case {
+            mut p, n, mut rng, ..
+        } = self;
         let hot = HOT.min(n);
         let a_sent = p.a.stats.tx_frames;
         let (_, secs_hot) = p.phase(messages, || {
@@ -475,7 +477,12 @@ pub fn run(
     let mut round_ratios = Vec::new();
     let mut chunk_ratios = Vec::new();
     for k in 1..=rounds {
-        let (rows, ratios) = round(peers, messages, opts, &format!("bench scale: round {k}/{rounds}"))?;
+        let (rows, ratios) = round(
+            peers,
+            messages,
+            opts,
+            &format!("bench scale: round {k}/{rounds}"),
+        )?;
         all.push(rows);
         round_ratios.push(median(&ratios));
         chunk_ratios.push(ratios);
@@ -655,6 +662,13 @@ mod tests {
         let mut ratios = r.round_ratios.clone();
         ratios.sort_by(f64::total_cmp);
         assert_eq!(r.rate_ratio, ratios[1]);
+        // A round's ratio is the median of its chunks' (the counts taking turns).
+        assert_eq!(r.chunk_ratios.len(), 3);
+        for (round, chunks) in r.round_ratios.iter().zip(&r.chunk_ratios) {
+            assert_eq!(chunks.len(), super::CHUNKS);
+            assert!(chunks.iter().all(|&x| x > 0.0), "{chunks:?}");
+            assert_eq!(*round, super::median(chunks));
+        }
         for (i, row) in r.rows.iter().enumerate() {
             let mut rates: Vec<f64> = r.rounds.iter().map(|x| x[i].msgs_per_s_hot).collect();
             rates.sort_by(f64::total_cmp);
@@ -666,6 +680,7 @@ mod tests {
         let none = super::Options::default();
         assert!(super::run(&[2], 1_000, 0, &none).is_err());
         assert!(super::run(&[2, 70_000], 1_000, 1, &none).is_err());
+        assert!(super::run(&[2], 0, 1, &none).is_err());
     }
 
     /// From 4,096 peers on, engine A reads each frame's peer ahead of handling it (rx.rs,
