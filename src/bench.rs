@@ -73,14 +73,13 @@ enum Which {
         /// Peer counts to measure, ascending, each 1 ..= 65536.
         #[arg(long, value_delimiter = ',', default_value = "2,1024,16384,65536")]
         peers: Vec<usize>,
-        /// Messages per traffic phase: about 1.5 s of engine A's time, long enough that one
-        /// slow spell of the host does not decide a phase's rate (with 2,000,000, 0.3 s, the
-        /// rounds' ratios swung 0.51-1.03), and 150 messages per peer at 65,536 (the busy
-        /// ack hold in its steady state).
+        /// Messages per traffic phase: about 1.5 s of engine A's time, and 150 messages per
+        /// peer at 65,536 (the busy ack hold in its steady state). The uniform phase runs in
+        /// 10 chunks of a tenth of it, the counts taking turns chunk by chunk.
         #[arg(long, default_value_t = 10_000_000)]
         messages: usize,
-        /// Times every count is measured, the counts of a round one after the other; the
-        /// ratio is the median round's (this VM's rates move by up to a fifth between runs).
+        /// Times every count is measured; a round's ratio is the median of its chunks', the
+        /// figure the median round's (this VM's pace moves by up to a fifth within a second).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
         /// Two full engines instead, one peer each way: engine B's N endpoints send to
