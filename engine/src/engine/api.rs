@@ -75,6 +75,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     ) -> Result<ReqId, Error> {
         let now = self.now;
         self.eps.get(ep)?;
+        if dest.mac == super::conn::RETIRED {
+            return Err(Error::Invalid(
+                "destination: no node has the address 00:00:00:00:00:00",
+            ));
+        }
         // The peer last looked up is usually this one: checked inline, the table (and a new
         // peer's set-up) out of line.
         let p = match self.find_peer(dest.mac) {

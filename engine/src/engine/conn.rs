@@ -12,12 +12,14 @@ use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr, conn_id};
 
-/// The address of a retired session's slot until it is reused (no node has it).
-const RETIRED: MacAddr = MacAddr([0; 6]);
+/// The address of a retired session's slot until it is reused. No node has it: frames from
+/// it are dropped (rx.rs, `on_frame`) and sends to it refused (`Engine::isend`).
+pub(super) const RETIRED: MacAddr = MacAddr([0; 6]);
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The peer node `mac`, added on first use.
     pub(super) fn peer_for(&mut self, mac: MacAddr) -> usize {
+        debug_assert!(mac != RETIRED, "no peer has the all-zero address");
         if let Some(p) = self.find_peer(mac) {
             return p;
         }
@@ -59,7 +61,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// else from the table.
     #[inline]
     pub(super) fn find_peer(&mut self, mac: MacAddr) -> Option<usize> {
-        if self.peers.get(self.last_peer).is_some_and(|p| p.mac == mac) {
+        // The last one looked up may have been retired since (its address then RETIRED).
+        if self.peers.get(self.last_peer).is_some_and(|p| p.mac == mac) && mac != RETIRED {
             return Some(self.last_peer);
         }
         let p = self.peer_of(mac)?;

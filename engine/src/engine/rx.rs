@@ -141,6 +141,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Demux: which peer node, which incarnation of it. Endpoints are the message layer's
     /// business (proto/): the session is the node's.
     fn on_frame(&mut self, f: L::Frame, now: u64) {
+        // No node has the all-zero address: it marks a retired session's free slot (conn.rs,
+        // `RETIRED`), which a frame claiming it would otherwise be taken for (a Connect from
+        // it would set up a session in a slot the next new peer is given).
+        if src_word(f.as_ref()) == Some(0) {
+            self.stats.drop_malformed += 1;
+            return;
+        }
         // A small message has a path of its own (fast.rs).
         let v = Frame::new_unchecked(f.as_ref());
         if v.is_small() {
