@@ -65,7 +65,7 @@ pub struct Report {
     /// Per peer count, the first round's row with the rounds' median rates.
     pub rows: Vec<Row>,
     /// msgs/s at the largest peer count over msgs/s at the smallest: the median of the
-    /// rounds' ratios, each of two counts measured one right after the other.
+    /// rounds' ratios, each the median of its chunks' (the counts taking turns, [`CHUNKS`]).
     pub rate_ratio: f64,
     /// Each round's ratio (the median of its chunks'), in the order run.
     pub round_ratios: Vec<f64>,
