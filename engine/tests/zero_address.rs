@@ -42,98 +42,82 @@ fn connect(src: MacAddr, dst: MacAddr, session: u32) -> Vec<u8> {
     buf
 }
 
-/// Engine A on one end of an in-memory link (sessions idle for 5 ms retired), the far end.
-fn engine() -> (Eng, MemLink, MemLink) {
-    let (la, far) = memlink::pair(A, MacAddr([2, 0, 0, 0, 0, 2]), 1514, 64);
-    let cfg = Config {
-        peer_timeout_ns: 2_000_000,
-        session_idle_ns: 5_000_000,
-        ..Config::default()
-    };
-    let mut e = Eng::new(cfg, A, 1514, CpuCopy::new(HeapMemory::default())).unwrap();
-    e.open_endpoint(Some(0)).unwrap();
-    (e, la, far)
+/// Engine A on one end of an in-memory link (sessions idle for 5 ms retired), the far end
+/// and A's clock.
+struct Bench {
+    e: Eng,
+    la: MemLink,
+    far: MemLink,
+    now: u64,
 }
 
-/// `frame` arrives at A, which then runs for `ns` of its time; the frames A sent are
-/// taken off the link (returned).
-fn deliver(
-    e: &mut Eng,
-    la: &mut MemLink,
-    far: &mut MemLink,
-    frame: Vec<u8>,
-    now: &mut u64,
-    ns: u64,
-) -> Vec<Vec<u8>> {
-    far.tx_burst(&mut vec![frame]);
-    let end = *now + ns;
-    let mut out = Vec::new();
-    while *now < end {
-        *now += 50_000;
-        e.poll(la, *now);
-        let mut rx = Vec::new();
-        far.rx_burst(&mut rx, 64);
-        out.extend(rx.iter().map(|f| f.as_ref().to_vec()));
+impl Bench {
+    fn new() -> Bench {
+        let (la, far) = memlink::pair(A, MacAddr([2, 0, 0, 0, 0, 2]), 1514, 64);
+        let cfg = Config {
+            peer_timeout_ns: 2_000_000,
+            session_idle_ns: 5_000_000,
+            ..Config::default()
+        };
+        let mut e = Eng::new(cfg, A, 1514, CpuCopy::new(HeapMemory::default())).unwrap();
+        e.open_endpoint(Some(0)).unwrap();
+        Bench {
+            e,
+            la,
+            far,
+            now: 1_000,
+        }
     }
-    out
+
+    /// A runs for `ns` of its time; returns the frames it sent meanwhile.
+    fn run(&mut self, ns: u64) -> Vec<Vec<u8>> {
+        let end = self.now + ns;
+        let mut out = Vec::new();
+        while self.now < end {
+            self.now += 50_000;
+            self.e.poll(&mut self.la, self.now);
+            let mut rx = Vec::new();
+            self.far.rx_burst(&mut rx, 64);
+            out.extend(rx.iter().map(|f| f.as_ref().to_vec()));
+        }
+        out
+    }
+
+    /// A Connect from `src` arrives at A, which then runs for 0.5 ms; returns what A sent.
+    fn connect_from(&mut self, src: MacAddr, session: u32) -> Vec<Vec<u8>> {
+        self.far.tx_burst(&mut vec![connect(src, A, session)]);
+        self.run(500_000)
+    }
 }
 
 #[test]
 fn a_connect_from_the_zero_address_is_dropped_after_a_retirement() {
-    let (mut e, mut la, mut far) = engine();
-    let mut now = 1_000;
+    let mut a = Bench::new();
     // Node B connects, then goes quiet: A retires its session, and B's slot is free.
     let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
-    let out = deliver(
-        &mut e,
-        &mut la,
-        &mut far,
-        connect(b, A, 0xb0b),
-        &mut now,
-        200_000,
-    );
-    assert!(
-        out.iter().any(|f| f[..6] == b.0),
-        "A answers B's Connect: {out:?}"
-    );
-    for _ in 0..200 {
-        now += 100_000;
-        e.poll(&mut la, now);
-    }
-    assert_eq!(e.stats.sessions_retired, 1, "{:?}", e.stats);
-    assert_eq!(e.stats.peers, 0);
-    let malformed = e.stats.drop_malformed;
+    let out = a.connect_from(b, 0xb0b);
+    assert!(out.iter().any(|f| f[..6] == b.0), "A answers B: {out:?}");
+    a.run(20_000_000);
+    assert_eq!(a.e.stats.sessions_retired, 1, "{:?}", a.e.stats);
+    assert_eq!(a.e.stats.peers, 0);
+    let malformed = a.e.stats.drop_malformed;
 
     // A Connect from the zero address: dropped, nothing answered, no session.
-    let out = deliver(
-        &mut e,
-        &mut la,
-        &mut far,
-        connect(ZERO, A, 0x2e0),
-        &mut now,
-        500_000,
-    );
-    assert_eq!(e.stats.drop_malformed, malformed + 1, "{:?}", e.stats);
+    let out = a.connect_from(ZERO, 0x2e0);
+    assert_eq!(a.e.stats.drop_malformed, malformed + 1, "{:?}", a.e.stats);
     assert!(out.is_empty(), "A answered the zero address: {out:?}");
-    assert_eq!(e.stats.peers, 0);
+    assert_eq!(a.e.stats.peers, 0);
 
     // Node C takes the free slot, and is answered.
     let c = MacAddr([2, 0, 0, 0, 0, 0xc]);
-    let out = deliver(
-        &mut e,
-        &mut la,
-        &mut far,
-        connect(c, A, 0xc0c),
-        &mut now,
-        200_000,
-    );
+    let out = a.connect_from(c, 0xc0c);
     assert!(out.iter().any(|f| f[..6] == c.0), "{out:?}");
-    assert_eq!(e.stats.peers, 1);
+    assert_eq!(a.e.stats.peers, 1);
 }
 
 #[test]
 fn a_send_to_the_zero_address_is_refused() {
-    let (mut e, _la, _far) = engine();
+    let Bench { mut e, .. } = Bench::new();
     let buf = e.copy_engine_mut().mem.insert(vec![1; 8]);
     let to = EndpointAddr::new(ZERO, 0);
     let err = e
