@@ -14,6 +14,7 @@
 //! at the request.
 
 use super::Engine;
+use super::conn::RETIRED;
 use super::endpoint::Endpoints;
 use super::peer::{Peer, PeerState, eager_cost};
 use super::request::{Acked, Requests};
@@ -42,6 +43,11 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         let dst = h.dst_mac.word();
         if dst != self.mac_word && dst != MacAddr::BROADCAST.word() {
             self.stats.drop_not_ours += 1;
+            return;
+        }
+        // From the address no node has (rx.rs, `on_frame`).
+        if h.src_mac == RETIRED {
+            self.stats.drop_malformed += 1;
             return;
         }
         // A compact frame names both sessions by one tag, and is never answered with a

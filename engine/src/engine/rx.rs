@@ -3,6 +3,7 @@
 //! sequenced frames through the stream's ordering to the message protocol (proto/).
 
 use super::Engine;
+use super::conn::RETIRED;
 use super::fast;
 use super::peer::PeerState;
 use super::stream::Arrival;
@@ -141,13 +142,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Demux: which peer node, which incarnation of it. Endpoints are the message layer's
     /// business (proto/): the session is the node's.
     fn on_frame(&mut self, f: L::Frame, now: u64) {
-        // No node has the all-zero address: it marks a retired session's free slot (conn.rs,
-        // `RETIRED`), which a frame claiming it would otherwise be taken for (a Connect from
-        // it would set up a session in a slot the next new peer is given).
-        if src_word(f.as_ref()) == Some(0) {
-            self.stats.drop_malformed += 1;
-            return;
-        }
         // A small message has a path of its own (fast.rs).
         let v = Frame::new_unchecked(f.as_ref());
         if v.is_small() {
@@ -177,6 +171,13 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             return;
         }
         let from = r.src_mac;
+        // No node has the all-zero address: it marks a retired session's free slot (conn.rs,
+        // `RETIRED`), which a tigon frame claiming it would otherwise be taken for (a Connect
+        // from it would set up a session in a slot the next new peer is given).
+        if from == RETIRED {
+            self.stats.drop_malformed += 1;
+            return;
+        }
         let kind = r.kind.expect("parsed");
         match kind {
             Kind::Connect => self.on_connect(*r, from, f.as_ref(), now),
