@@ -430,7 +430,7 @@ fn round(
         report::progress(&format!("{progress}, setting up {n} peers"));
         cases.push(Case::new(n, opts)?);
     }
-    let chunks = CHUNKS.min(messages).max(1);
+    let chunks = CHUNKS.min(messages);
     let mut ratios = Vec::new();
     for k in 0..chunks {
         report::progress(&format!("{progress}, uniform traffic {}/{chunks}", k + 1));

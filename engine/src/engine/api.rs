@@ -75,11 +75,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     ) -> Result<ReqId, Error> {
         let now = self.now;
         self.eps.get(ep)?;
-        if dest.mac == super::conn::RETIRED {
-            return Err(Error::Invalid(
-                "destination: no node has the address 00:00:00:00:00:00",
-            ));
-        }
+        super::conn::check_dest(dest.mac)?;
         // The peer last looked up is usually this one: checked inline, the table (and a new
         // peer's set-up) out of line.
         let p = match self.find_peer(dest.mac) {

@@ -16,6 +16,16 @@ use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr, conn_id};
 /// it are dropped (rx.rs, `on_frame`) and sends to it refused (`Engine::isend`).
 pub(super) const RETIRED: MacAddr = MacAddr([0; 6]);
 
+/// A send's destination `mac`, refused if it is [`RETIRED`]'s (no node has it).
+pub(super) fn check_dest(mac: MacAddr) -> Result<(), Error> {
+    if mac == RETIRED {
+        return Err(Error::Invalid(
+            "destination: no node has the address 00:00:00:00:00:00",
+        ));
+    }
+    Ok(())
+}
+
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// The peer node `mac`, added on first use.
     pub(super) fn peer_for(&mut self, mac: MacAddr) -> usize {

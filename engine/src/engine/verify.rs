@@ -54,11 +54,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         mode: SendMode,
     ) -> Result<ReqId, Error> {
         let addr = dest.addr;
-        if addr.mac == super::conn::RETIRED {
-            return Err(Error::Invalid(
-                "destination: no node has the address 00:00:00:00:00:00",
-            ));
-        }
+        super::conn::check_dest(addr.mac)?;
         // Sends to a start already being asked about wait behind the first (MPI's order).
         let behind = !self.verifying.is_empty()
             && self
