@@ -54,23 +54,14 @@ impl PeerIndex {
     }
 
     /// For reading ahead: asks the processor for the bucket the lookup of the address whose
-    /// [`MacAddr::word`] is `w` starts at (see `tigon_shm::mem::prefetch`), and returns that
-    /// bucket for [`PeerIndex::slot_in`] (`None`: the index is empty).
+    /// [`MacAddr::word`] is `w` starts at (see `tigon_shm::mem::prefetch`); that bucket
+    /// (`None`: the index is empty).
     #[inline]
-    pub(super) fn prefetch_word(&self, w: u64) -> Option<u32> {
+    pub(super) fn prefetch_word(&self, w: u64) -> Option<usize> {
         let mask = self.buckets.len().checked_sub(1)?;
         let b = bucket_of_word(w, mask);
         tigon_shm::mem::prefetch(&self.buckets[b]);
-        Some(b as u32)
-    }
-
-    /// The slot in bucket `b`, if any: the slot a lookup starting there looks at first (that
-    /// address's peer unless an earlier one took the bucket; not checked, the peer is not
-    /// read), for reading ahead.
-    #[inline]
-    pub(super) fn slot_in(&self, b: u32) -> Option<usize> {
-        let s = *self.buckets.get(b as usize)?;
-        (s != EMPTY).then_some(s as usize)
+        Some(b)
     }
 
     /// Records `slot` as the peer with address `mac` (not in the index yet).
@@ -207,10 +198,10 @@ mod tests {
         assert_eq!(ix.get(mac(n + 5), |s| macs[s]), None);
     }
 
-    /// The read-ahead's bucket is the one a lookup starts at: for a peer that owns its bucket,
-    /// its slot; an empty index has none.
+    /// The read-ahead asks for the bucket a lookup starts at (an empty index has none): for
+    /// most peers, at half load, the bucket holding their own slot.
     #[test]
-    fn the_read_ahead_names_the_slot_a_lookup_looks_at_first() {
+    fn the_read_ahead_asks_for_the_bucket_a_lookup_starts_at() {
         assert_eq!(PeerIndex::default().prefetch_word(mac(1).word()), None);
         let n = 5_000;
         let macs: Vec<MacAddr> = (0..n).map(mac).collect();
@@ -222,14 +213,12 @@ mod tests {
         let mut owners = 0;
         for (i, &m) in macs.iter().enumerate() {
             let b = ix.prefetch_word(m.word()).expect("a bucket");
-            assert_eq!(b as usize, bucket(m, mask));
-            let first = ix.slot_in(b).expect("an entry where its probe starts");
-            if first == i {
+            assert_eq!(b, bucket(m, mask));
+            if ix.buckets[b] as usize == i {
                 owners += 1;
             }
         }
         // Half full: most peers own the bucket their probe starts at.
         assert!(owners > n / 2, "{owners} of {n}");
-        assert_eq!(ix.slot_in(u32::MAX), None);
     }
 }

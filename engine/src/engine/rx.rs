@@ -18,11 +18,6 @@ pub(super) const WARM_PEERS: usize = 4096;
 /// Frames between the read-ahead of a frame's peer and its handling (rx.rs, `receive_warm`);
 /// its index bucket is asked for twice as far ahead.
 const AHEAD: usize = 8;
-/// The buckets of the frames between those two read-aheads, by frame number modulo this.
-const RING: usize = 2 * AHEAD;
-/// A read-ahead token with this bit names a peer slot (the frame's `Repr::slot` hint), not
-/// an index bucket.
-const HINTED: u32 = 1 << 31;
 /// A receive takes up to this many bursts (`Config::burst`) when the link holds them: a busy
 /// link's frames are handled in longer runs, with the poll's other work (acks, transmit,
 /// timers) paid once per run. Above all, the read-ahead of many peers' state
@@ -66,76 +61,47 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Handles a burst's frames with their peers read ahead. With many peers (65,536 of
     /// them: 12 MB of state) each frame's peer is a cache miss; handled one by one, a frame
     /// would wait for its misses before the next frame's begin. Here the processor is asked
-    /// for each frame's index bucket `2 * AHEAD` frames before the frame is handled, and for
-    /// the lines of its likely peer that the receive path reads (`Peer::HOT`; the bucket
-    /// read by then) `AHEAD` frames before: the misses of several frames overlap with each
-    /// other and with the handling of the frames before them, and stay few enough at a time
-    /// for the processor to keep every request (asked for all of a 32-frame burst at once,
-    /// ~130 lines, most were still on their way when their frame's turn came: perf put a
-    /// quarter of the poll's samples on the first load from the peer). Nothing is decided
-    /// here (the peer is the bucket's first, not checked): a frame's peer is looked up when
-    /// it is handled.
+    /// for the lines of frame `i + AHEAD`'s peer that the receive path reads (`Peer::HOT`)
+    /// as frame `i` is handled: the misses of several frames overlap with each other and
+    /// with the handling of the frames before them, and stay few enough at a time for the
+    /// processor to keep every request (asked for all of a 32-frame burst at once, ~130
+    /// lines, most were still on their way when their frame's turn came: perf put a quarter
+    /// of the poll's samples on the first load from the peer). Every frame of a connected
+    /// peer names its slot here (`Repr::slot`, wire version 9); of one that does not (a
+    /// Connect) only the index bucket its lookup starts at is asked for. Nothing is decided
+    /// here (the slot is not checked): a frame's peer is looked up when it is handled.
+    /// The read-ahead is most of what many peers cost beyond a few in instructions: it is
+    /// kept to a load and the requests per frame (with a second stage for the bucket's slot
+    /// and a ring carrying tokens from one stage to the next it cost ~80 instructions a
+    /// frame, callgrind, `tigon bench scale --peers 65536 --virtual-clock`).
     fn receive_warm(&mut self, rx: &mut Vec<L::Frame>, now: u64) {
-        let n = rx.len();
-        let mut ring = [u32::MAX; RING];
-        for (b, f) in ring.iter_mut().zip(rx.iter()) {
-            *b = self.bucket_ahead(f);
+        for f in rx.iter().take(AHEAD) {
+            self.frame_ahead(f.as_ref());
         }
-        for &b in ring.iter().take(n.min(AHEAD)) {
-            self.peer_ahead(b);
-        }
-        let index_bytes = self.peer_index.bytes();
         let mut frames = rx.drain(..);
-        let mut i = 0;
         while let Some(f) = frames.next() {
-            // The ring holds this frame's bucket (asked for `2 * AHEAD` frames ago), unless
-            // the index grew since (peers added by the frames before: the read-ahead missed).
-            debug_assert!(
-                self.peer_index.bytes() != index_bytes || ring[i % RING] == self.bucket_ahead(&f),
-                "frame {i} of {n}"
-            );
-            if i + AHEAD < n {
-                self.peer_ahead(ring[(i + AHEAD) % RING]);
-            }
-            // Frame i + 2 * AHEAD takes frame i's place in the ring (its peer was asked for).
-            if let Some(g) = frames.as_slice().get(2 * AHEAD - 1) {
-                ring[i % RING] = self.bucket_ahead(g);
+            if let Some(g) = frames.as_slice().get(AHEAD - 1) {
+                self.frame_ahead(g.as_ref());
             }
             self.on_frame(f, now);
-            i += 1;
         }
     }
 
-    /// Frame `f`'s read-ahead token: the slot it names (`Repr::slot`, wire version 9) with
-    /// [`HINTED`], nothing asked for yet; else its index bucket, asked for (`u32::MAX`:
-    /// none).
+    /// Asks for the lines the receive path reads of the peer frame `f` names, or for the
+    /// index bucket of its sender.
     #[inline(always)]
-    fn bucket_ahead(&self, f: &L::Frame) -> u32 {
-        let f = f.as_ref();
-        if let Some(s) = wire::slot_hint(f) {
-            return HINTED | (s - 1) & !HINTED;
-        }
-        src_word(f)
-            .and_then(|w| self.peer_index.prefetch_word(w))
-            .unwrap_or(u32::MAX)
-    }
-
-    /// Asks for the lines the receive path reads of the peer of read-ahead token `t`: the
-    /// slot a frame named, or the one in its bucket (the address the lookup compares is in
-    /// those lines too).
-    #[inline(always)]
-    fn peer_ahead(&self, t: u32) {
-        let p = if t == u32::MAX {
-            None
-        } else if t & HINTED != 0 {
-            Some((t & !HINTED) as usize)
-        } else {
-            self.peer_index.slot_in(t)
-        };
-        if let Some(p) = p
-            && let Some(peer) = self.peers.get(p)
-        {
-            peer.warm();
+    fn frame_ahead(&self, f: &[u8]) {
+        match wire::slot_hint(f) {
+            Some(s) => {
+                if let Some(peer) = self.peers.get(s as usize - 1) {
+                    peer.warm();
+                }
+            }
+            None => {
+                if let Some(w) = src_word(f) {
+                    self.peer_index.prefetch_word(w);
+                }
+            }
         }
     }
 

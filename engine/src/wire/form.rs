@@ -43,16 +43,6 @@ impl Form {
         }
     }
 
-    /// Where the slot hint lies ([`Repr::slot`]); the pull header has none.
-    #[inline(always)]
-    pub(super) fn slot_field(self) -> Option<core::ops::Range<usize>> {
-        match self {
-            Form::Full => Some(field::SLOT),
-            Form::Compact => Some(field::small::SLOT),
-            Form::Pull => None,
-        }
-    }
-
     #[inline(always)]
     pub(super) fn little_endian(self) -> bool {
         self != Form::Full
