@@ -15,8 +15,8 @@ use crate::wire::{self, AckRepr, Frame, Kind, MacAddr, Repr};
 /// below it, their state (192 B each) stays in the processor's caches.
 pub(super) const WARM_PEERS: usize = 4096;
 
-/// Frames between the read-ahead of a frame's peer and its handling (rx.rs, `receive_warm`);
-/// its index bucket is asked for twice as far ahead.
+/// Frames between the read-ahead of a frame's peer (or of its index bucket, if it names no
+/// slot) and its handling (`receive_warm`).
 const AHEAD: usize = 8;
 /// A receive takes up to this many bursts (`Config::burst`) when the link holds them: a busy
 /// link's frames are handled in longer runs, with the poll's other work (acks, transmit,
