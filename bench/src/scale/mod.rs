@@ -684,11 +684,39 @@ mod tests {
     }
 
     /// From 4,096 peers on, engine A reads each frame's peer ahead of handling it (rx.rs,
-    /// `receive_warm`; in a debug build it checks that the bucket it read ahead for each
-    /// frame is that frame's): every message still arrives, none resent.
+    /// `receive_warm`): every message still arrives, none resent.
     #[test]
     fn a_run_past_the_read_ahead_threshold_completes() {
         let r = super::run(&[4_200], 20_000, 1, &Default::default()).unwrap();
         assert_eq!(r.rows[0].retransmits, 0, "{:?}", r.rows[0]);
+    }
+
+    /// From 4,096 peers on, a receive that leaves frames in the link leaves its last frames
+    /// (read ahead already) for the next receive, which handles them first, also when the
+    /// link has nothing new: every message arrives, each node's in order.
+    #[test]
+    fn a_receive_leaves_its_last_frames_to_the_next() {
+        let mut c = super::Case::new(4_200, &Default::default()).unwrap();
+        let p = &mut c.p;
+        let ooo = p.a.stats.rx_out_of_order;
+        // 50 messages from each of 4 nodes, 200 frames on the link at once.
+        for k in 0..200 {
+            assert!(p.far.can_send(k % 4), "node {} has no credit", k % 4);
+            p.far.send(k % 4);
+            p.in_flight += 1;
+        }
+        let first = p.step().unwrap();
+        let most = tigon_engine::Config::default().burst * 4;
+        assert!(
+            first > 0 && first < most,
+            "the first poll handled {first} messages: all it took (at most {most})"
+        );
+        let mut got = first;
+        for _ in 0..4 {
+            got += p.step().unwrap();
+        }
+        assert_eq!(got, 200, "messages received");
+        assert_eq!(p.a.stats.rx_out_of_order, ooo, "frames taken out of order");
+        assert_eq!(p.a.stats.retransmits, 0);
     }
 }

@@ -23,7 +23,9 @@ const AHEAD: usize = 8;
 /// timers) paid once per run. Above all, the read-ahead of many peers' state
 /// (`receive_warm`) starts again with every receive, and the first `AHEAD` frames of each
 /// find their peers' lines still on the way: perf put 8 % of the 65,536-peer poll's samples on
-/// the bucket reads of those frames alone. Up to four bursts of 32 at once, `tigon bench
+/// the bucket reads of those frames alone (since session 28 a receive that leaves frames
+/// in the link leaves its last `AHEAD`, read ahead, to the next: `receive_warm`). Up to four
+/// bursts of 32 at once, `tigon bench
 /// scale --peers 2,65536` (interleaved runs) went from 10.7-10.9 to 11.3 M msgs/s at 2 peers
 /// and from 9.1-9.2 to 10.0 M at 65,536: their ratio from 0.84 to 0.88. With the longer
 /// runs for the many peers' read-ahead only (2 peers at one burst), the ratio reached 0.90
@@ -38,21 +40,25 @@ pub(super) struct RxBurst {
 }
 
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
-    /// Takes up to `RX_BURSTS` bursts of frames from the link and handles each.
+    /// Takes up to `RX_BURSTS` bursts of frames from the link and handles each (and first
+    /// those the receive before left, see `receive_warm`).
     pub(super) fn receive(&mut self, link: &mut L, now: u64) -> RxBurst {
         let mut rx = std::mem::take(&mut self.rx);
+        let carried = rx.len();
         let max = self.cfg.burst * RX_BURSTS;
-        link.rx_burst(&mut rx, max);
+        link.rx_burst(&mut rx, max - carried);
         let burst = RxBurst {
             frames: rx.len(),
-            drained: rx.len() < max,
+            drained: rx.len() - carried < max - carried,
         };
         if self.peers.len() < WARM_PEERS {
             for f in rx.drain(..) {
                 self.on_frame(f, now);
             }
         } else {
-            self.receive_warm(&mut rx, now);
+            let mut left = std::mem::take(&mut self.rx_spare);
+            self.receive_warm(&mut rx, carried, !burst.drained, &mut left, now);
+            self.rx_spare = std::mem::replace(&mut rx, left);
         }
         self.rx = rx;
         burst
@@ -74,17 +80,38 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// kept to a load and the requests per frame (with a second stage for the bucket's slot
     /// and a ring carrying tokens from one stage to the next it cost ~80 instructions a
     /// frame, callgrind, `tigon bench scale --peers 65536 --virtual-clock`).
-    fn receive_warm(&mut self, rx: &mut Vec<L::Frame>, now: u64) {
-        for f in rx.iter().take(AHEAD) {
+    ///
+    /// The first `warmed` frames were read ahead by the receive before. With `more` (the
+    /// link holds more frames than this receive took), the last `AHEAD` frames, read ahead
+    /// already, are not handled but left in `left` for the next receive, which handles them
+    /// first: their lines arrive while this poll's acks, transmit and timers run, and the
+    /// next receive's first frames find them there instead of each waiting for its misses
+    /// (as the first `AHEAD` frames of every receive did).
+    fn receive_warm(
+        &mut self,
+        rx: &mut Vec<L::Frame>,
+        warmed: usize,
+        more: bool,
+        left: &mut Vec<L::Frame>,
+        now: u64,
+    ) {
+        for f in rx.iter().take(AHEAD).skip(warmed) {
             self.frame_ahead(f.as_ref());
         }
+        let handle = if more {
+            rx.len().saturating_sub(AHEAD)
+        } else {
+            rx.len()
+        };
         let mut frames = rx.drain(..);
-        while let Some(f) = frames.next() {
+        for _ in 0..handle {
+            let Some(f) = frames.next() else { break };
             if let Some(g) = frames.as_slice().get(AHEAD - 1) {
                 self.frame_ahead(g.as_ref());
             }
             self.on_frame(f, now);
         }
+        left.extend(frames);
     }
 
     /// Asks for the lines the receive path reads of the peer frame `f` names, or for the
