@@ -88,7 +88,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// first: their lines arrive while this poll's acks, transmit and timers run, and the
     /// next receive's first frames find them there instead of each waiting for its misses
     /// (as the first `AHEAD` frames of every receive did). Measured on `tigon bench scale
-    /// --peers 2,65536`: 0 to +0.02 on the ratio, within the host's noise (README).
+    /// --peers 2,65536`: about +0.01 on the ratio, ahead in 13 of 19 alternating pairs
+    /// (docs/MEASUREMENTS.md).
     fn receive_warm(
         &mut self,
         rx: &mut Vec<L::Frame>,
