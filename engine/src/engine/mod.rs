@@ -183,9 +183,6 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     /// Frames received and not handled yet: between polls, the last frames of a receive
     /// that left more in the link, their peers already read ahead (rx.rs, `receive_warm`).
     rx: Vec<L::Frame>,
-    /// The receive's second buffer (empty between polls): what it leaves unhandled goes
-    /// here, and the two are swapped.
-    rx_spare: Vec<L::Frame>,
     tx: Vec<L::TxBuf>,
     /// Payloads of frames in `tx` still to be read (rendezvous data, read for the whole burst
     /// at once just before it goes: see `tx.rs`).
@@ -258,7 +255,6 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             copy_done: Vec::new(),
             completions: VecDeque::new(),
             rx: Vec::new(),
-            rx_spare: Vec::new(),
             tx: Vec::new(),
             reads: Vec::new(),
             resets: Vec::new(),

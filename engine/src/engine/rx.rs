@@ -27,9 +27,8 @@ const AHEAD: usize = 8;
 /// leaves its last `AHEAD`, read ahead, to the next: `receive_warm`). Up to four bursts of
 /// 32 at once, `tigon bench scale --peers 2,65536` (interleaved runs) went from 10.7-10.9 to
 /// 11.3 M msgs/s at 2 peers and from 9.1-9.2 to 10.0 M at 65,536: their ratio from 0.84 to
-/// 0.88. With the longer
-/// runs for the many peers' read-ahead only (2 peers at one burst), the ratio reached 0.90
-/// and above, but then the two counts ran different engines.
+/// 0.88. With the longer runs for the many peers' read-ahead only (2 peers at one burst),
+/// the ratio reached 0.90 and above, but then the two counts ran different engines.
 const RX_BURSTS: usize = 4;
 
 /// What one receive burst did.
@@ -57,9 +56,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
                 self.on_frame(f, now);
             }
         } else {
-            let mut left = std::mem::take(&mut self.rx_spare);
-            self.receive_warm(&mut rx, carried, !burst.drained, &mut left, now);
-            self.rx_spare = std::mem::replace(&mut rx, left);
+            self.receive_warm(&mut rx, carried, !burst.drained, now);
         }
         self.rx = rx;
         burst
@@ -83,21 +80,14 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// frame, callgrind, `tigon bench scale --peers 65536 --virtual-clock`).
     ///
     /// The first `warmed` frames were read ahead by the receive before. With `more` (the
-    /// link holds more frames than this receive took), the last `AHEAD` frames, read ahead
-    /// already, are not handled but left in `left` for the next receive, which handles them
+    /// link holds more frames than this receive took), the last `AHEAD` frames are read
+    /// ahead but not handled: they stay in `rx` for the next receive, which handles them
     /// first: their lines arrive while this poll's acks, transmit and timers run, and the
     /// next receive's first frames find them there instead of each waiting for its misses
     /// (as the first `AHEAD` frames of every receive did). Measured on `tigon bench scale
     /// --peers 2,65536`: about +0.01 on the ratio, ahead in 13 of 19 alternating pairs
     /// (docs/MEASUREMENTS.md).
-    fn receive_warm(
-        &mut self,
-        rx: &mut Vec<L::Frame>,
-        warmed: usize,
-        more: bool,
-        left: &mut Vec<L::Frame>,
-        now: u64,
-    ) {
+    fn receive_warm(&mut self, rx: &mut Vec<L::Frame>, warmed: usize, more: bool, now: u64) {
         for f in rx.iter().take(AHEAD).skip(warmed) {
             self.frame_ahead(f.as_ref());
         }
@@ -106,15 +96,18 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         } else {
             rx.len()
         };
-        let mut frames = rx.drain(..);
-        for _ in 0..handle {
-            let Some(f) = frames.next() else { break };
+        let mut frames = rx.drain(..handle);
+        while let Some(f) = frames.next() {
             if let Some(g) = frames.as_slice().get(AHEAD - 1) {
                 self.frame_ahead(g.as_ref());
             }
             self.on_frame(f, now);
         }
-        left.extend(frames);
+        drop(frames);
+        // The frames left (none unless `more`), read ahead now for the next receive.
+        for f in rx.iter() {
+            self.frame_ahead(f.as_ref());
+        }
     }
 
     /// Asks for the lines the receive path reads of the peer frame `f` names, or for the
