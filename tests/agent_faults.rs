@@ -1,6 +1,7 @@
 //! Faults: clients killed mid-transfer (100 in a row), the agent killed or terminated under
 //! its clients, a client writing garbage into its request ring, a client of a uid the agent
-//! does not allow, a port that makes frames up (net_null), and one that takes none.
+//! does not allow, a port that makes frames up (net_null), one that takes none, and
+//! connections to the control socket that trickle, say nothing or never end their request.
 
 mod common;
 use common::*;
@@ -279,4 +280,89 @@ fn client_of_a_uid_not_allowed_is_refused() {
         println!("nobody and root: {}", out.trim());
     }
     println!("agent b: {}", b.stats());
+}
+
+/// The control socket is anyone's to connect to (the uid is checked on attach): a client
+/// that says nothing, one that trickles a byte at a time and one that sends a request line
+/// without end must hold up no one else and cost the agent no memory beyond a request's
+/// bound. Before, connections were read one at a time with a timeout that each byte
+/// restarted (a trickler held `tigon stats` and every attach off for as long as it went on),
+/// and a line was read whole however long (1.5 GB sent raised the agent's RSS by as much).
+#[test]
+fn slow_silent_and_endless_requests_hold_up_no_one() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = TestDir::new("ctlslow");
+    let a = lone_agent(&dir, "a", 0, &[]);
+    let silent: Vec<UnixStream> = (0..5)
+        .map(|_| UnixStream::connect(&a.socket).expect("connect"))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let trickler = {
+        let mut s = UnixStream::connect(&a.socket).expect("connect");
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // Kept up until the others were served (past `stats`' minute of patience if they
+            // are not), a byte every 300 ms; then what the agent answered.
+            while !stop.load(Ordering::Relaxed) {
+                if s.write_all(b" ").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+            reply
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let before = a.stats();
+    println!("served beside 5 silent connections and a trickling one: {before}");
+    stop.store(true, Ordering::Relaxed);
+    let reply = trickler.join().expect("trickler");
+    assert!(
+        reply.contains("no complete request line within 2 s"),
+        "the trickler got: {reply:?}"
+    );
+    // A request line without end: refused once past the bound, the connection closed.
+    let mut endless = UnixStream::connect(&a.socket).expect("connect");
+    let chunk = vec![b'x'; 64 << 10];
+    for _ in 0..16 {
+        if endless.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut reply = String::new();
+    let _ = endless.read_to_string(&mut reply);
+    assert!(reply.contains("longer than 4096 bytes"), "reply: {reply:?}");
+    drop(silent);
+    // And a client still attaches and exchanges afterwards.
+    exchange(&dir, "after", &[(&a, &a)], &[]);
+    assert_eq!(num(&a.stats(), "/serve/clients_attached_total"), 2);
+}
+
+/// A path that is not a socket, named as the agent's `--socket` (a typo, the config file),
+/// is refused and left as it was: the agent removed whatever lay there that no agent
+/// answered on, so the file was gone after the agent ran.
+#[test]
+fn a_file_named_as_the_socket_is_refused_and_kept() {
+    let dir = TestDir::new("sockfile");
+    let file = dir.join("agent.json");
+    std::fs::write(&file, "precious\n").unwrap();
+    let sub = dir.join("a-directory");
+    std::fs::create_dir(&sub).unwrap();
+    for path in [&file, &sub] {
+        let out = std::process::Command::new(TIGON)
+            .args(["agent", "--port", "net_null0", "--socket"])
+            .arg(path)
+            .output()
+            .expect("running the agent");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("exists and is not a socket"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious\n");
+    assert!(sub.is_dir());
 }

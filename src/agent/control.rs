@@ -4,12 +4,12 @@
 
 use super::slots::{self, Slots, Taken};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tigon_client::proto::{Reply, Request, VERSION};
 use tigon_engine::channel::{Channel, Geometry};
 use tigon_shm::Region;
@@ -77,21 +77,151 @@ fn send_line(s: &UnixStream, r: &Reply) {
     let _ = (&*s).write_all(&line);
 }
 
+/// The longest request line a client may send (requests are well under 100 bytes): a
+/// longer one is refused before it costs the agent memory.
+const REQUEST_MAX: usize = 4096;
+/// How long a client has to send its whole request line (and later its answer to an
+/// offer), counted from its connection, not per byte: a client that trickles or says
+/// nothing is cut off then.
+const REQUEST_TIME: Duration = Duration::from_secs(2);
+/// Connections whose request line is still coming in, at most: past it a new connection is
+/// refused at once (each costs a descriptor until its `REQUEST_TIME` runs out).
+const PENDING_MAX: usize = 256;
+
+/// A connection whose request line is still coming in. Connections are read side by side,
+/// without blocking, so none can hold up another's (a slow or silent client, whatever its
+/// uid, is only ever cut off after `REQUEST_TIME`).
+struct Pending {
+    s: UnixStream,
+    cred: tigon_shm::sock::PeerCred,
+    line: Vec<u8>,
+    deadline: Instant,
+}
+
+/// What a pending connection's latest read gave.
+enum Got {
+    /// Nothing more for now.
+    Waiting,
+    /// Its request line (without the newline).
+    Line(String),
+    /// Closed, timed out or refused (any reply already sent).
+    Dropped,
+}
+
+impl Pending {
+    fn read(&mut self, now: Instant) -> Got {
+        let mut b = [0u8; 512];
+        loop {
+            match (&self.s).read(&mut b) {
+                Ok(0) => return Got::Dropped,
+                Ok(n) => {
+                    if let Some(i) = b[..n].iter().position(|&c| c == b'\n') {
+                        self.line.extend_from_slice(&b[..i]);
+                        if self.line.len() > REQUEST_MAX {
+                            return self.refuse(too_long());
+                        }
+                        let line = std::mem::take(&mut self.line);
+                        return match String::from_utf8(line) {
+                            Ok(l) => Got::Line(l),
+                            Err(_) => self.refuse("bad request: not UTF-8".into()),
+                        };
+                    }
+                    self.line.extend_from_slice(&b[..n]);
+                    if self.line.len() > REQUEST_MAX {
+                        return self.refuse(too_long());
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Got::Dropped,
+            }
+        }
+        if now >= self.deadline {
+            return self.refuse(format!(
+                "no complete request line within {} s",
+                REQUEST_TIME.as_secs()
+            ));
+        }
+        Got::Waiting
+    }
+
+    fn refuse(&self, message: String) -> Got {
+        let _ = self.s.set_nonblocking(false);
+        let _ = self.s.set_write_timeout(Some(Duration::from_millis(100)));
+        send_line(&self.s, &Reply::Error { message });
+        Got::Dropped
+    }
+}
+
+fn too_long() -> String {
+    format!("bad request: longer than {REQUEST_MAX} bytes")
+}
+
+/// Reads one line from `s` (blocking), all of it within `deadline` and at most `REQUEST_MAX`
+/// bytes; `None` past either, or on EOF or error.
+fn read_line_by(s: &UnixStream, deadline: Instant) -> Option<String> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 512];
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        if left.is_zero() {
+            return None;
+        }
+        s.set_read_timeout(Some(left)).ok()?;
+        match (&*s).read(&mut b) {
+            Ok(0) => return None,
+            Ok(n) => {
+                let end = b[..n].iter().position(|&c| c == b'\n');
+                line.extend_from_slice(&b[..end.unwrap_or(n)]);
+                if line.len() > REQUEST_MAX {
+                    return None;
+                }
+                if end.is_some() {
+                    return String::from_utf8(line).ok();
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
 impl Control {
     /// Runs until `stop()` says so; then drops every client socket (clients see EOF).
     pub fn run(self, stop: impl Fn() -> bool) {
         let _ = self.listener.set_nonblocking(true);
         let mut clients: HashMap<u64, UnixStream> = HashMap::new();
+        let mut pending: Vec<Pending> = Vec::new();
         while !stop() {
-            match self.listener.accept() {
-                Ok((s, _)) => {
-                    if let Some((slot, s)) = self.handle(s) {
-                        clients.insert(slot, s);
+            let now = Instant::now();
+            loop {
+                match self.listener.accept() {
+                    Ok((s, _)) => {
+                        if let Some(p) = self.admit(s, pending.len(), now) {
+                            pending.push(p);
+                        }
                     }
-                    continue;
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        log::warn!("accept: {e}");
+                        break;
+                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => log::warn!("accept: {e}"),
+            }
+            let mut i = 0;
+            while i < pending.len() {
+                match pending[i].read(now) {
+                    Got::Waiting => i += 1,
+                    Got::Dropped => {
+                        pending.swap_remove(i);
+                    }
+                    Got::Line(line) => {
+                        let p = pending.swap_remove(i);
+                        if let Some((slot, s)) = self.handle(p.s, p.cred, &line, p.deadline) {
+                            clients.insert(slot, s);
+                        }
+                    }
+                }
             }
             // A client's socket reading EOF means the process is gone (or dropped us).
             let mut gone = Vec::new();
@@ -115,9 +245,9 @@ impl Control {
         }
     }
 
-    fn handle(&self, s: UnixStream) -> Option<(u64, UnixStream)> {
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    /// A new connection: its credentials, read now (the kernel's, not the client's word), and
+    /// room to wait for its request line.
+    fn admit(&self, s: UnixStream, waiting: usize, now: Instant) -> Option<Pending> {
         let cred = match tigon_shm::sock::peer_cred(&s) {
             Ok(c) => c,
             Err(e) => {
@@ -130,10 +260,43 @@ impl Control {
                 return None;
             }
         };
-        let mut line = String::new();
-        if BufReader::new(&s).read_line(&mut line).is_err() {
+        if waiting >= PENDING_MAX {
+            log::warn!(
+                "refused a connection of pid {} uid {}: {PENDING_MAX} others are still sending their requests",
+                cred.pid,
+                cred.uid
+            );
+            send_line(
+                &s,
+                &Reply::Error {
+                    message: format!(
+                        "the agent is busy: {PENDING_MAX} connections are still sending their requests; try again"
+                    ),
+                },
+            );
             return None;
         }
+        s.set_nonblocking(true).ok()?;
+        Some(Pending {
+            s,
+            cred,
+            line: Vec::new(),
+            deadline: now + REQUEST_TIME,
+        })
+    }
+
+    /// Answers request `line` of client `s` (credentials `cred`), which has until `deadline`
+    /// for anything more it must send; the client's slot and socket if it attached.
+    fn handle(
+        &self,
+        s: UnixStream,
+        cred: tigon_shm::sock::PeerCred,
+        line: &str,
+        deadline: Instant,
+    ) -> Option<(u64, UnixStream)> {
+        // Replies are small and the client waits for them: written blocking, briefly.
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
         let req: Request = match serde_json::from_str(line.trim()) {
             Ok(r) => r,
             Err(e) => {
@@ -202,7 +365,7 @@ impl Control {
                     }
                     _ => None,
                 };
-                match self.attach(&s, cred.pid, cred.uid, offer) {
+                match self.attach(&s, cred.pid, cred.uid, offer, deadline) {
                     Ok(slot) => {
                         let _ = s.set_nonblocking(true);
                         Some((slot, s))
@@ -222,6 +385,7 @@ impl Control {
         &self,
         s: &UnixStream,
         offer: Option<(&Slots, Taken)>,
+        deadline: Instant,
     ) -> Option<(Region, Arc<tigon_pmd::ExtMem>, usize, Geometry)> {
         let (sl, t) = offer?;
         let taken = (|| {
@@ -234,8 +398,7 @@ impl Control {
                     ino,
                 },
             );
-            let mut line = String::new();
-            BufReader::new(s).read_line(&mut line).ok()?;
+            let line = read_line_by(s, deadline)?;
             match serde_json::from_str::<Request>(line.trim()).ok()? {
                 Request::Take { ok: true } => {}
                 _ => return None,
@@ -259,8 +422,9 @@ impl Control {
         pid: i32,
         uid: u32,
         offer: Option<(&Slots, Taken)>,
+        deadline: Instant,
     ) -> Result<u64, String> {
-        let (region, slot_mem, geometry) = match self.offer_slot(s, offer) {
+        let (region, slot_mem, geometry) = match self.offer_slot(s, offer, deadline) {
             Some((region, mem, index, geo)) => {
                 let region = Arc::new(region);
                 if let Some(sl) = self.slots.get() {
