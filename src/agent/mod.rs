@@ -130,7 +130,16 @@ fn bind(socket: &Path) -> Result<UnixListener, String> {
     {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    if socket.exists() {
+    if let Ok(m) = std::fs::symlink_metadata(socket) {
+        // Only a socket is ever removed: a path mistyped into --socket (the config file, a
+        // log) is refused, never deleted.
+        use std::os::unix::fs::FileTypeExt;
+        if !m.file_type().is_socket() {
+            return Err(format!(
+                "{} exists and is not a socket: name a path for the agent's socket (a socket a stopped agent left is replaced)",
+                socket.display()
+            ));
+        }
         if std::os::unix::net::UnixStream::connect(socket).is_ok() {
             return Err(format!("an agent is already serving {}", socket.display()));
         }
