@@ -165,9 +165,13 @@ pub fn mpirun_command(
     extra: &[String],
     program: &[String],
 ) -> Result<Command, String> {
-    let dir = mtl_dir(&cluster.dir).ok_or(
-        "mca_mtl_tigon.so not found (build it with `make build`, or set TIGON_MTL_DIR to the directory holding it)",
-    )?;
+    let dir = mtl_dir(&cluster.dir).ok_or_else(|| match std::env::var_os("TIGON_MTL_DIR") {
+        Some(d) => format!(
+            "TIGON_MTL_DIR={}: no mca_mtl_tigon.so there (name the directory holding it, or unset it)",
+            Path::new(&d).display()
+        ),
+        None => "mca_mtl_tigon.so not found (build it with `make build`, or set TIGON_MTL_DIR to the directory holding it)".to_string(),
+    })?;
     let exe = std::env::current_exe().map_err(|e| format!("locating tigon: {e}"))?;
     let mut cmd = Command::new("mpirun");
     cmd.args([
@@ -528,7 +532,10 @@ pub fn mtl_dir(scratch: &Path) -> Option<PathBuf> {
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf));
     if let Some(d) = std::env::var_os("TIGON_MTL_DIR") {
-        return Some(d.into());
+        // Checked here: Open MPI 4.1.4 handed a component path whose first directory does
+        // not exist fails with "unknown option --allow-run-as-root".
+        let d = PathBuf::from(d);
+        return d.join("mca_mtl_tigon.so").is_file().then_some(d);
     }
     let lib = exe_dir.as_ref().map(|d| d.join("libmca_mtl_tigon.so"));
     if let Some(lib) = lib.filter(|l| l.exists()) {
