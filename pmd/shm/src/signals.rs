@@ -1,4 +1,4 @@
-//! SIGINT / SIGTERM as a flag the agent's loops poll.
+//! SIGINT / SIGTERM / SIGHUP as a flag the agent's and the launchers' loops poll.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -9,9 +9,11 @@ extern "C" fn on_term(_sig: libc::c_int) {
     TERM.store(true, Ordering::SeqCst);
 }
 
-/// Installs handlers for SIGINT and SIGTERM that set the flag [`terminating`] reads.
+/// Installs handlers for SIGINT, SIGTERM and SIGHUP that set the flag [`terminating`]
+/// reads. SIGHUP (the terminal or ssh session of `tigon run` closed) stops the same clean
+/// way: by default it would kill the process before it removed what it made.
 pub fn install() -> std::io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction with a handler that only stores to an atomic.
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = on_term as *const () as usize;
@@ -25,7 +27,7 @@ pub fn install() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether SIGINT or SIGTERM arrived.
+/// Whether SIGINT, SIGTERM or SIGHUP arrived.
 pub fn terminating() -> bool {
     TERM.load(Ordering::SeqCst)
 }
