@@ -617,10 +617,12 @@ impl Cluster {
 
     /// Stops the agents (SIGINT, then SIGKILL after 3 s).
     pub fn stop_agents(&mut self) {
-        for ch in self.agents.iter().flatten() {
-            let _ = Command::new("kill")
-                .args(["-INT", &ch.id().to_string()])
-                .status();
+        for ch in self.agents.iter_mut().flatten() {
+            // One that has exited (and may have been reaped: its pid is no longer its own)
+            // is not signalled.
+            if let Ok(None) = ch.try_wait() {
+                tigon_shm::process::signal(ch.id(), libc::SIGINT);
+            }
         }
         let deadline = Instant::now() + Duration::from_secs(3);
         for a in &mut self.agents {
@@ -637,12 +639,12 @@ impl Cluster {
                     let _ = ch.kill();
                     let _ = ch.wait();
                 }
-                // An agent that crashed on its way out (after the job had its results) is
-                // still a bug worth seeing: said, not folded into the job's exit code.
+                // An agent that crashed (on its way out, after the job had its results) or was
+                // killed is still worth seeing: said, not folded into the job's exit code.
                 if let Some(sig) = status.and_then(|st| st.signal())
                     && sig != libc::SIGINT
                 {
-                    eprintln!("tigon: agent {} ended by signal {sig} at shutdown", ch.id());
+                    eprintln!("tigon: agent {} was ended by signal {sig}", ch.id());
                 }
             }
         }

@@ -102,9 +102,9 @@ impl Mempool {
             )
         };
         let mp = NonNull::new(mp).ok_or_else(|| {
-            Error::dpdk(
+            create_failed(
                 format!("creating mempool `{name}` ({size} mbufs of {data_room} B)"),
-                -1,
+                size as u64 * (data_room as u64 + MBUF_OVERHEAD),
             )
         })?;
         Ok(Mempool {
@@ -176,9 +176,9 @@ impl Mempool {
             )
         };
         let mp = NonNull::new(mp).ok_or_else(|| {
-            Error::dpdk(
+            create_failed(
                 format!("creating mempool `{name}` ({size} mbufs of {data_room} B in a region)"),
-                -1,
+                size as u64 * MBUF_OVERHEAD,
             )
         })?;
         Ok(Mempool {
@@ -283,6 +283,39 @@ impl Mempool {
 }
 
 /// A pool's name as DPDK takes it.
+/// Bytes of DPDK memory an mbuf takes besides its data room (the `rte_mbuf` header and
+/// the pool's per-object header, roughly): for the size a failed pool asked for.
+const MBUF_OVERHEAD: u64 = 192;
+
+/// The error of a pool that could not be created. Out of memory is the usual cause, and the
+/// memory is hugepages (each node's pools of jumbo mbufs take ~150 MB): said so, with the
+/// pages left and the fixes, where DPDK's own words would be a bare "Cannot allocate memory".
+fn create_failed(what: String, bytes: u64) -> Error {
+    let e = Error::dpdk(what.clone(), -1);
+    if e.errno() != Some(libc::ENOMEM) {
+        return e;
+    }
+    let free = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let field = |k: &str| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            };
+            Some((field("HugePages_Free:")?, field("Hugepagesize:")?))
+        })
+        .map_or(String::new(), |(pages, kb)| {
+            format!("; {pages} hugepages of {} MiB free now", kb / 1024)
+        });
+    Error::Hugepages(format!(
+        "{what}: out of DPDK memory (the pool needs ~{} MiB{free}). Reserve more hugepages \
+         (`echo N > /proc/sys/vm/nr_hugepages`), run fewer nodes or ports in this process, or \
+         use smaller frames (`--mtu 1500` makes each mbuf ~4x smaller)",
+        bytes.div_ceil(1 << 20)
+    ))
+}
+
 fn pool_name(name: &str) -> Result<CString> {
     CString::new(name)
         .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))
