@@ -114,6 +114,13 @@ fn agent_options_are_checked_before_dpdk() {
         &["--lcore 99"],
     );
     assert!(!line.contains("no-huge"), "{line}");
+    // A channel too small or too large for any rank.
+    for n in ["10", "100000"] {
+        assert_refused(
+            &[&["agent", "--channel-requests", n][..], &port].concat(),
+            &[&format!("--channel-requests {n}"), "use 64 to 65536"],
+        );
+    }
     // A socket in a directory that does not exist: refused, and the directory is not made
     // (before: created as root and left behind).
     let missing = format!("/nonexistent-tigon-{}/dir", std::process::id());

@@ -385,6 +385,27 @@ fn memif_alltoall_many_ranks() {
     }
 }
 
+/// Thousands of requests outstanding per rank that only the peer's later calls complete
+/// (6,000 receives posted before a barrier; 6,000 synchronous and 6,000 rendezvous sends
+/// before the next): over two nodes and within one. A rank's channel held 4,096 requests, and
+/// the 4,097th waited for a free descriptor forever (helper-found in session 29: a job of
+/// pre-posted receives hung inside MPI_Irecv). Over a channel too small for them the job
+/// fails with the error that names `channel-requests` (a minute's wait: not run here).
+#[test]
+fn thousands_of_requests_outstanding_per_rank() {
+    let prog = program("outstanding");
+    let p = prog.to_str().unwrap();
+    for args in [
+        &["-np", "2", "--", p, "6000"][..],
+        &["--nodes", "1", "-np", "4", "--", p, "6000"][..],
+    ] {
+        let e = tigon_run(args, JOB);
+        e.assert_ok("outstanding");
+        assert!(e.stdout.contains("OK outstanding 6000"), "{}", e.text());
+        assert_clean(&e);
+    }
+}
+
 /// The programs over veth (af_packet agents in two namespaces), 2 to 4 ranks over 2 nodes,
 /// then 3 ranks over 3 nodes on a bridge.
 #[test]

@@ -65,6 +65,11 @@ pub(crate) struct Inner {
     pub(crate) rx: Option<ReadOnlyRegion>,
 }
 
+/// How long a request may wait for a free descriptor while none of the requests in flight
+/// completes, before it fails: a minute, far past any wait on a peer that computes, long
+/// before a user gives up on a job that hangs.
+pub(crate) const DESC_STALL: Duration = Duration::from_secs(60);
+
 impl Inner {
     /// A fresh client state over `ch`: every descriptor and data buffer free.
     pub(crate) fn new(
@@ -120,9 +125,26 @@ impl Inner {
             if let Some(i) = self.free_desc.pop() {
                 break i;
             }
-            // Every descriptor is in flight: wait for completions (backpressure).
+            // Every descriptor is in flight: wait for completions (backpressure). Those in
+            // flight may all wait on this process's later calls (receives posted before a
+            // barrier, synchronous sends before the receiver's turn): then none ever comes,
+            // and the wait ends in an error that says so instead of hanging.
             if self.progress() == 0 {
-                backoff.get_or_insert_with(Backoff::new).idle(&self.ch);
+                let b = backoff.get_or_insert_with(Backoff::new);
+                if b.waited() >= DESC_STALL {
+                    self.release(&what);
+                    return Err(Error::Failed {
+                        status: status::INVALID,
+                        message: format!(
+                            "this process has {} requests outstanding, as many as its channel to the agent holds, and none completed for {} s: they wait on its later calls. Raise the agent's `channel-requests`, or post fewer requests at once",
+                            self.ch.geo.n_desc,
+                            DESC_STALL.as_secs()
+                        ),
+                    });
+                }
+                b.idle(&self.ch);
+            } else {
+                backoff = None;
             }
             if let Err(e) = self.check_alive() {
                 self.release(&what);

@@ -29,6 +29,11 @@ impl Backoff {
     pub(crate) fn new() -> Self {
         Backoff(Instant::now())
     }
+    /// How long since this wait began.
+    pub(crate) fn waited(&self) -> Duration {
+        self.0.elapsed()
+    }
+
     pub(crate) fn idle(&self, ch: &Channel) {
         let after = SLEEP_AFTER_NS.load(Ordering::Relaxed);
         if (self.0.elapsed().as_nanos() as u64) < after {

@@ -44,6 +44,11 @@ pub struct AgentArgs {
     /// Messages longer than this go by rendezvous, in bytes, 0 to 262144 [default: 32768].
     #[arg(long)]
     pub rndv_threshold: Option<usize>,
+    /// Requests each rank may have outstanding at once (its channel's descriptors: 256 bytes
+    /// of shared memory each), 64 to 65536 [default: 16384]. A rank past it waits for one of
+    /// them to complete, and fails after a minute if none does.
+    #[arg(long)]
+    pub channel_requests: Option<u32>,
     /// An unreachable peer fails operations after this long, in milliseconds, 100 to 3600000
     /// [default: 5000].
     #[arg(long)]
@@ -181,6 +186,7 @@ impl AgentArgs {
             idle,
             allow_uid,
             rndv_threshold,
+            channel_requests,
             peer_timeout_ms,
             session_idle_ms,
             max_ack_delay_us,
@@ -315,6 +321,10 @@ fn udp_settings(a: &AgentArgs) -> Result<Option<UdpConfig>, String> {
 
 /// Below this many bytes a CPU copy beats a dmadev round trip (see `tigon bench dma`).
 pub const DEFAULT_DMA_THRESHOLD: usize = 4096;
+/// Requests a rank may have outstanding at once, by default: programs that post thousands of
+/// receives ahead (a linear all-to-all over thousands of ranks) stay within it. It was 4,096,
+/// which a job of 4,096 receives posted before a barrier hung on.
+pub const DEFAULT_CHANNEL_REQUESTS: u32 = 16_384;
 /// The largest `--rndv-threshold`: every client's channel holds 256 buffers of this size.
 pub const MAX_RNDV_THRESHOLD: usize = 256 << 10;
 
@@ -555,8 +565,12 @@ impl AgentArgs {
             (None, false) => Some(-10),
             (None, true) => None,
         };
+        let n_desc = match a.channel_requests {
+            Some(n) => in_range("channel-requests", n, 64, 65_536, "")?,
+            None => DEFAULT_CHANNEL_REQUESTS,
+        };
         let geometry = Geometry {
-            n_desc: 4096,
+            n_desc,
             n_data: 256,
             data_size: cfg.rndv_threshold.max(16 * 1024) as u32,
         };
