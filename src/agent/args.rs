@@ -44,7 +44,7 @@ pub struct AgentArgs {
     /// Messages longer than this go by rendezvous, in bytes, 0 to 262144 [default: 32768].
     #[arg(long)]
     pub rndv_threshold: Option<usize>,
-    /// Requests each rank may have outstanding at once (its channel's descriptors: 256 bytes
+    /// Requests each rank may have outstanding at once (its channel's descriptors: 128 bytes
     /// of shared memory each), 64 to 65536 [default: 16384]. A rank past it waits for one of
     /// them to complete, and fails after a minute if none does.
     #[arg(long)]

@@ -6,7 +6,7 @@
 //!
 //! Input: three u32 (n_desc, n_data, data_size) for the client's header; the request ring's
 //! producer and consumer counts and the lease ring's (4 × u32); the 8 request slots and 4
-//! lease slots (u32 each); then up to 8 descriptors of 256 bytes.
+//! lease slots (u32 each); then up to 8 descriptors of `DESC_LEN` bytes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};

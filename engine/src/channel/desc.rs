@@ -4,10 +4,13 @@
 use crate::addr::EndpointAddr;
 use crate::wire::MacAddr;
 
-pub const DESC_LEN: usize = 256;
-/// The bytes of a descriptor that hold fields (the rest is reserved, zero): what a client
-/// and the engine copy. Two cache lines, not four: each descriptor crosses between the
-/// rank's core and the engine's twice per operation.
+/// A descriptor's size in the channel: its two cache lines, the request's and the
+/// completion's (256 bytes until channel version 7, half of them reserved: a channel holds
+/// 16,384 descriptors by default, 2 MiB at this size).
+pub const DESC_LEN: usize = 128;
+/// The bytes of a descriptor that hold fields: what a client and the engine copy. Two cache
+/// lines: each descriptor crosses between the rank's core and the engine's twice per
+/// operation.
 pub const DESC_USED: usize = 128;
 const _: () = assert!(D_LEASE + 16 <= DESC_USED && DESC_USED <= DESC_LEN);
 /// "No data buffer" in [`Desc::data_idx`].
@@ -168,7 +171,7 @@ impl Desc {
         }
     }
 
-    /// Parses any 256 bytes; validity of the fields is the reader's business.
+    /// Parses any descriptor's bytes; validity of the fields is the reader's business.
     pub fn parse(b: &[u8; DESC_LEN]) -> Desc {
         Desc {
             op: b[0],

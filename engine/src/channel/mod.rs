@@ -3,7 +3,7 @@
 //! One region per client, created by the agent and passed to the client as a memfd:
 //!
 //! ```text
-//! [header 4 KiB][request ring][completion ring][lease ring][descriptors: n_desc × 256 B][data: n_data × data_size]
+//! [header 4 KiB][request ring][completion ring][lease ring][descriptors: n_desc × 128 B][data: n_data × data_size]
 //! ```
 //!
 //! Rings carry descriptor indices, never pointers. Descriptors and data buffers belong to the
@@ -39,7 +39,9 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 5: fragments of large messages lent to a polling client (the lent ring, the fragment
 /// table, the polled word), 128 lease slots.
 /// 6: ring slots of 8 bytes that carry their entry's sequence number (`tigon_shm::Ring`).
-pub const VERSION: u32 = 6;
+/// 7: descriptors of 128 bytes (their used bytes; 256 before), so the 16,384 of a channel
+/// take 2 MiB.
+pub const VERSION: u32 = 7;
 
 // Header fields.
 const H_MAGIC: usize = 0;
