@@ -81,3 +81,29 @@ fn intra_node_clients_talk_through_the_loopback() {
     assert_eq!(num(&sb, "/frames/rx"), num(&sb0, "/frames/rx"), "{sb}");
     println!("agent a: {sa}");
 }
+
+/// A memif client agent whose server agent went away reaches no peer until restarted (DPDK
+/// 22.11's memif client does not reconnect): `tigon stats` says its link is down and `tigon
+/// doctor` says so and what to do, where before only peer timeouts hinted at it.
+#[test]
+fn a_memif_client_whose_server_is_gone_says_its_link_is_down() {
+    let dir = TestDir::new("linkdown");
+    let (mut a, b) = memif_pair(&dir, &[]);
+    let up = |s: &serde_json::Value| s.pointer("/port_link/up").and_then(|v| v.as_bool());
+    assert_eq!(up(&b.stats()), Some(true), "{}", b.stats());
+    a.kill();
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || up(&b.stats())
+            == Some(false)),
+        "{}",
+        b.stats()
+    );
+    let out = std::process::Command::new(TIGON)
+        .args(["doctor", "--socket"])
+        .arg(&b.socket)
+        .output()
+        .expect("running the doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("link is DOWN"), "{text}");
+    assert!(text.contains("restart this agent too"), "{text}");
+}

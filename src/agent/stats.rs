@@ -84,6 +84,9 @@ pub fn json(
         "layout": layout,
         "channel_slots": slots.map(|s| serde_json::json!({ "total": s.total(), "held": s.held() })),
         "port": port.map(|p| serde_json::json!({ "ipackets": p.ipackets, "opackets": p.opackets, "imissed": p.imissed, "ierrors": p.ierrors, "oerrors": p.oerrors, "rx_nombuf": p.rx_nombuf })),
+        // Whether the port's link is up now (a memif peer connected, a cable in): the first
+        // thing to know when peers time out.
+        "port_link": link.port.link().ok().map(|l| serde_json::json!({ "up": l.up, "speed_mbps": l.speed_mbps })),
     })
 }
 

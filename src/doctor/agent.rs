@@ -60,6 +60,18 @@ pub(super) fn agent(socket: &Path, port: Option<&str>) -> Check {
         count(&stats, &["frames", "tx"]),
         count(&stats, &["retransmits"]),
     );
+    // A port whose link is down reaches no peer: said first, with what to do for each kind.
+    if stats.pointer("/port_link/up") == Some(&Value::Bool(false)) {
+        return Check::warn(
+            "agent",
+            format!("{summary}; its port's link is DOWN: no peer can be reached"),
+            &cmds![
+                "# a NIC: check the cable and the switch port (ethtool / ip -s link on a kernel-bound twin)",
+                "# af_packet / AF_XDP: ip link set IFACE up (in the agent's namespace)",
+                "# memif client: its server agent went away; DPDK 22.11's memif client does not reconnect: restart this agent too",
+            ],
+        );
+    }
     if failed > 0 || timeouts > 0 {
         return Check::warn(
             "agent",
