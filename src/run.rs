@@ -451,7 +451,16 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         layout: a.layout,
         memif_zero_copy: a.memif_zero_copy,
     };
-    let mut cluster = Cluster::start(&opts)?;
+    let mut cluster = match Cluster::start(&opts) {
+        Ok(c) => c,
+        // Ctrl-C / SIGTERM while the nodes came up (what was up is torn down): the same
+        // status as a job interrupted later, with the reason said.
+        Err(e) if tigon_shm::signals::terminating() => {
+            eprintln!("tigon: {e}");
+            return Ok(INTERRUPTED);
+        }
+        Err(e) => return Err(e),
+    };
     if a.stats {
         eprintln!("tigon run: {}", cluster.layout.describe());
     }

@@ -300,3 +300,30 @@ fn a_closed_pipe_ends_the_cli_quietly() {
     to_closed_pipe(&["--help"]);
     to_closed_pipe(&["agent", "--help"]);
 }
+
+/// A socket path where a file or a directory lies (a mistyped `--socket` or `TIGON_SOCKET`)
+/// is said to be no socket, not "connection refused"; an empty `TIGON_SOCKET` means the
+/// default socket, as the MTL's parameter help says (before: "Invalid argument").
+#[test]
+fn a_socket_path_that_is_no_socket_is_named_so() {
+    let dir = TestDir::new("cli-nosock");
+    let file = dir.join("agent.json");
+    std::fs::write(&file, "{}\n").unwrap();
+    for (path, kind) in [
+        (file.to_str().unwrap(), "a file"),
+        (dir.join("").to_str().unwrap(), "a directory"),
+    ] {
+        assert_refused(&["stats", "--socket", path], &["is not a socket but", kind]);
+    }
+    let o = Command::new(TIGON)
+        .arg("stats")
+        .env("TIGON_SOCKET", "")
+        .output()
+        .expect("running tigon stats");
+    // An agent may serve the default socket here (another test's): answered then.
+    assert!(
+        o.status.success() || error_line(&o).contains(tigon_client::DEFAULT_SOCKET),
+        "{}",
+        text(&o)
+    );
+}

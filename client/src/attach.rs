@@ -23,10 +23,9 @@ impl Client {
     /// Attaches to the agent listening at `socket`.
     pub fn attach(socket: &Path) -> Result<Client> {
         let err = |m: String| Error::Attach(m);
-        let sock = UnixStream::connect(socket).map_err(|e| {
+        let sock = connect(socket).map_err(|e| {
             err(format!(
-                "{}: {e} (is `tigon agent` running? `tigon doctor` checks a node)",
-                socket.display()
+                "{e} (is `tigon agent` running? `tigon doctor` checks a node)"
             ))
         })?;
         sock.set_read_timeout(Some(Duration::from_secs(45)))
@@ -151,9 +150,27 @@ fn open_agent_file(sock: &UnixStream, fd: i32, id: (u64, u64)) -> Option<OwnedFd
     ((m.dev(), m.ino()) == id).then(|| f.into())
 }
 
+/// Connects to the agent's socket; the error names the path and, where something other
+/// than a socket lies there (a file, a directory: a mistyped `TIGON_SOCKET`), says that
+/// rather than the kernel's "connection refused".
+fn connect(socket: &Path) -> std::result::Result<UnixStream, String> {
+    UnixStream::connect(socket).map_err(|e| {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::metadata(socket) {
+            Ok(m) if !m.file_type().is_socket() => format!(
+                "{} is not a socket but a {}: name the agent's socket (--socket of `tigon agent`, {} by default)",
+                socket.display(),
+                if m.is_dir() { "directory" } else { "file" },
+                crate::DEFAULT_SOCKET
+            ),
+            _ => format!("{}: {e}", socket.display()),
+        }
+    })
+}
+
 /// Asks the agent at `socket` for its counters.
 pub fn agent_stats(socket: &Path) -> std::result::Result<serde_json::Value, String> {
-    let s = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let s = connect(socket)?;
     // A busy engine answers late; an unreachable agent fails at connect.
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .map_err(|e| e.to_string())?;

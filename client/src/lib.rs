@@ -36,7 +36,9 @@ pub use wait::set_wait_policy;
 /// Where agents put their sockets unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tigon/agent.sock";
 
-/// The socket to use: `$TIGON_SOCKET`, else [`DEFAULT_SOCKET`].
+/// The socket to use: `$TIGON_SOCKET`, else (unset or empty) [`DEFAULT_SOCKET`].
 pub fn default_socket() -> PathBuf {
-    std::env::var_os("TIGON_SOCKET").map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
+    std::env::var_os("TIGON_SOCKET")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from)
 }
