@@ -124,6 +124,37 @@ pub fn ranks_on(i: usize, np: usize, nodes: usize) -> usize {
 
 /// The program as mpirun will start it: a path with a `/`, or a command on PATH, that exists
 /// and is executable; said here, before any node starts, rather than by every rank.
+/// The agent options `tigon run` sets itself, and the option of its own that sets each (an
+/// `--agent-arg` repeating one made the agent refuse to start: "cannot be used multiple
+/// times").
+const RUN_SETS: &[(&str, &str)] = &[
+    ("--lcore", "the layout (--layout) places the engines"),
+    ("--idle", "the layout (--layout) decides"),
+    ("--mtu", "use tigon run --mtu"),
+    ("--port", "tigon run makes the nodes' ports (--fabric)"),
+    ("--socket", "tigon run makes the nodes' sockets"),
+    ("--config", "tigon run writes the agents' configuration"),
+    ("--node", "tigon run makes the nodes (--nodes)"),
+    ("--wire", "use tigon run --wire"),
+    ("--ip", "tigon run numbers the nodes (--wire udp)"),
+    ("--gateway", "tigon run routes the nodes (--fabric routed)"),
+    ("--dma", "use tigon run --dma"),
+    ("--netns", "tigon run makes the namespaces (--fabric veth)"),
+];
+
+/// Refuses an `--agent-arg` that names an option `tigon run` sets itself.
+pub fn check_agent_args(args: &[String]) -> Result<(), String> {
+    for a in args {
+        let name = a.split('=').next().unwrap_or(a);
+        if let Some((opt, how)) = RUN_SETS.iter().find(|(o, _)| *o == name) {
+            return Err(format!(
+                "--agent-arg={a}: tigon run sets the agents' {opt} itself ({how})"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn check_program(program: &str) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
@@ -435,6 +466,7 @@ pub fn launcher_setup() -> Result<(), String> {
 
 pub fn run(a: RunArgs) -> Result<i32, String> {
     check_program(&a.program[0])?;
+    check_agent_args(&a.agent_args)?;
     launcher_setup()?;
     let opts = ClusterOpts {
         nodes: a.nodes,

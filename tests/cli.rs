@@ -76,6 +76,20 @@ fn run_options_are_checked_before_anything_starts() {
         &["`./no-such-program-18` not found"],
     );
     assert!(!line.contains("taskset"), "{line}");
+    // An agent option tigon run sets itself (the agent refused it twice, after the
+    // namespaces were made).
+    assert_refused(
+        &["run", "--agent-arg=--mtu=1500", "--", "true"],
+        &[
+            "--agent-arg=--mtu=1500",
+            "tigon run sets the agents' --mtu itself",
+            "tigon run --mtu",
+        ],
+    );
+    assert_refused(
+        &["run", "--agent-arg=--lcore", "--agent-arg=1", "--", "true"],
+        &["--lcore", "--layout"],
+    );
 }
 
 #[test]
