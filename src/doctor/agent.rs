@@ -60,8 +60,18 @@ pub(super) fn agent(socket: &Path, port: Option<&str>) -> Check {
         count(&stats, &["frames", "tx"]),
         count(&stats, &["retransmits"]),
     );
-    // A port whose link is down reaches no peer: said first, with what to do for each kind.
-    if stats.pointer("/port_link/up") == Some(&Value::Bool(false)) {
+    // A port whose link is down reaches no peer: said first, with what to do for each kind,
+    // once anyone wants to talk (clients, peers, failures); before that, a memif server
+    // waiting for its client or a fresh agent is only told of it.
+    let link_down = stats.pointer("/port_link/up") == Some(&Value::Bool(false));
+    let in_use = count(&stats, &["clients"]) > 0 || count(&stats, &["peers"]) > 0;
+    if link_down && !in_use && failed == 0 && timeouts == 0 {
+        return Check::ok(
+            "agent",
+            format!("{summary}; its port's link is down (no peer connected yet)"),
+        );
+    }
+    if link_down {
         return Check::warn(
             "agent",
             format!("{summary}; its port's link is DOWN: no peer can be reached"),
