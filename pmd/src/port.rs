@@ -107,6 +107,10 @@ pub struct Port {
     /// `tx_burst`).
     chain_refs: Vec<(usize, u16)>,
     lin_warned: bool,
+    /// Stopped by a [`Port::restart`] whose start failed (a memif server not back yet): the
+    /// bursts take and give nothing until a later restart starts it (DPDK's bursts on a
+    /// stopped port print a stack dump).
+    stopped: bool,
     /// The transmit offloads configured (DPDK's RTE_ETH_TX_OFFLOAD_* bits).
     tx_offloads: u64,
     /// The RSS hash functions configured (DPDK's RTE_ETH_RSS_* bits; 0: no RSS).
@@ -219,6 +223,7 @@ impl Port {
             zc_range: None,
             chain_refs: Vec::new(),
             lin_warned: false,
+            stopped: false,
             tx_offloads: 0,
             rss_hf: 0,
             _pool: rx_pool.clone(),
@@ -530,6 +535,27 @@ impl Port {
         })
     }
 
+    /// Stops and starts the port again: what makes a memif client whose server went away
+    /// connect anew (DPDK 22.11's memif client does not retry by itself; its start does).
+    /// An error (the server is not back yet) leaves the port stopped until the next try.
+    pub fn restart(&mut self) -> Result<()> {
+        if !self.stopped {
+            // SAFETY: a started port of ours.
+            let ret = unsafe { sys::rte_eth_dev_stop(self.id) };
+            if ret != 0 {
+                return Err(Error::dpdk(format!("port {}: stop", self.name), ret));
+            }
+            self.stopped = true;
+        }
+        // SAFETY: a configured port of ours, stopped.
+        let ret = unsafe { sys::rte_eth_dev_start(self.id) };
+        if ret != 0 {
+            return Err(Error::dpdk(format!("port {}: start", self.name), ret));
+        }
+        self.stopped = false;
+        Ok(())
+    }
+
     /// Polls the link until it is up (e.g. a memif peer connected) or `timeout` passes.
     pub fn wait_link_up(&self, timeout: Duration) -> Result<Link> {
         let start = Instant::now();
@@ -558,6 +584,9 @@ impl Port {
             "rx queue {queue} of port {} does not exist",
             self.name
         );
+        if self.stopped {
+            return 0;
+        }
         let max = max.min(u16::MAX as usize);
         out.reserve(max);
         let len = out.len();
@@ -586,6 +615,9 @@ impl Port {
             "tx queue {queue} of port {} does not exist",
             self.name
         );
+        if self.stopped {
+            return 0;
+        }
         let n = pkts.len().min(u16::MAX as usize);
         self.chain_refs.clear();
         if let Some(lin) = &self.linearize {

@@ -126,12 +126,14 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             plan.args.dma.as_deref().unwrap_or("none"),
             if s.spin { "spin" } else { "yield" }
         );
+        let relink = memif_client(plane.link.port.devargs()).then(Relink::default);
         served_nodes.push(NodeLoop {
             eng,
             link: plane.link,
             served: Served::default(),
             control,
             register_channels: plane.register_channels,
+            relink,
         });
     }
     let idle = Idle::new(shared);
@@ -202,6 +204,28 @@ struct NodeLoop<'a> {
     control: ToControl<'a>,
     /// Clients' channels are registered with DPDK (a device must reach them).
     register_channels: bool,
+    /// A memif client port: restarted while its link stays down (see `keep_links`).
+    relink: Option<Relink>,
+}
+
+/// The watch on a memif client port's link. DPDK 22.11's memif client connects when its
+/// port starts and never again: once its server's agent went away (restarted, say), the
+/// node reached no peer until this agent was restarted too. A link down this long is
+/// restarted (stop and start: the client connects anew), then again every as long while the
+/// server is not back.
+#[derive(Default)]
+struct Relink {
+    last_look: u64,
+    down_since: Option<u64>,
+    last_try: u64,
+}
+
+/// How often a watched link is looked at, and how long it stays down before a restart.
+const RELINK_LOOK_NS: u64 = 100_000_000;
+const RELINK_AFTER_NS: u64 = 1_000_000_000;
+
+fn memif_client(devargs: &str) -> bool {
+    devargs.starts_with("net_memif") && devargs.split(',').any(|kv| kv.trim() == "role=client")
 }
 
 struct EngineLoop<'a> {
@@ -250,6 +274,7 @@ impl EngineLoop<'_> {
             }
             self.beat(now);
             self.keep_memseg_fd(now);
+            self.keep_links(now);
             if self.leaving() {
                 return;
             }
@@ -434,6 +459,42 @@ impl EngineLoop<'_> {
                     m.number()
                 );
                 self.memseg_fd = None;
+            }
+        }
+    }
+
+    /// Restarts a memif client port whose link has been down for `RELINK_AFTER_NS` (its
+    /// server's agent went away), and again as long after each try, until it is back up.
+    fn keep_links(&mut self, now: u64) {
+        for n in &mut self.nodes {
+            let Some(w) = n.relink.as_mut() else {
+                continue;
+            };
+            if now.saturating_sub(w.last_look) < RELINK_LOOK_NS {
+                continue;
+            }
+            w.last_look = now;
+            let up = n.link.port.link().map(|l| l.up).unwrap_or(true);
+            if up {
+                if w.down_since.take().is_some() {
+                    log::info!("port {}: link up again", n.link.port.name());
+                }
+                continue;
+            }
+            let since = *w.down_since.get_or_insert(now);
+            if now.saturating_sub(since) < RELINK_AFTER_NS
+                || now.saturating_sub(w.last_try) < RELINK_AFTER_NS
+            {
+                continue;
+            }
+            w.last_try = now;
+            match n.link.port.restart() {
+                Ok(()) => log::info!(
+                    "port {}: link down for {} ms: restarted to connect to its memif server anew",
+                    n.link.port.name(),
+                    now.saturating_sub(since) / 1_000_000
+                ),
+                Err(e) => log::debug!("port {}: restart: {e}", n.link.port.name()),
             }
         }
     }
