@@ -153,6 +153,12 @@ impl Pending {
     }
 }
 
+/// Refuses client `s` (credentials `cred`) for `why` (logged), telling it `message`.
+fn refuse(s: &UnixStream, cred: &tigon_shm::sock::PeerCred, why: &str, message: String) {
+    log::warn!("refused client pid {} uid {}: {why}", cred.pid, cred.uid);
+    send_line(s, &Reply::Error { message });
+}
+
 fn too_long() -> String {
     format!("bad request: longer than {REQUEST_MAX} bytes")
 }
@@ -261,18 +267,13 @@ impl Control {
             }
         };
         if waiting >= PENDING_MAX {
-            log::warn!(
-                "refused a connection of pid {} uid {}: {PENDING_MAX} others are still sending their requests",
-                cred.pid,
-                cred.uid
-            );
-            send_line(
+            refuse(
                 &s,
-                &Reply::Error {
-                    message: format!(
-                        "the agent is busy: {PENDING_MAX} connections are still sending their requests; try again"
-                    ),
-                },
+                &cred,
+                &format!("{PENDING_MAX} others are still sending their requests"),
+                format!(
+                    "the agent is busy: {PENDING_MAX} connections are still sending their requests; try again"
+                ),
             );
             return None;
         }
@@ -341,19 +342,14 @@ impl Control {
                     return None;
                 }
                 if !self.allow_uids.contains(&cred.uid) {
-                    log::warn!(
-                        "refused client pid {} uid {}: not in --allow-uid",
-                        cred.pid,
-                        cred.uid
-                    );
-                    send_line(
+                    refuse(
                         &s,
-                        &Reply::Error {
-                            message: format!(
-                                "uid {} is not allowed to use this agent (see --allow-uid)",
-                                cred.uid
-                            ),
-                        },
+                        &cred,
+                        "not in --allow-uid",
+                        format!(
+                            "uid {} is not allowed to use this agent (see --allow-uid)",
+                            cred.uid
+                        ),
                     );
                     return None;
                 }
