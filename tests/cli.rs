@@ -76,6 +76,20 @@ fn run_options_are_checked_before_anything_starts() {
         &["`./no-such-program-18` not found"],
     );
     assert!(!line.contains("taskset"), "{line}");
+    // A TIGON_MTL_DIR without the component: named (before: mpirun's "unknown option
+    // --allow-run-as-root").
+    let o = Command::new(TIGON)
+        .args(["run", "-np", "2", "--", "true"])
+        .env("TIGON_MTL_DIR", "/nonexistent-tigon-mtl")
+        .output()
+        .expect("running tigon run");
+    let line = error_line(&o);
+    assert!(
+        !o.status.success()
+            && line.contains("TIGON_MTL_DIR=/nonexistent-tigon-mtl: no mca_mtl_tigon.so there"),
+        "{}",
+        text(&o)
+    );
     // An agent option tigon run sets itself (the agent refused it twice, after the
     // namespaces were made).
     assert_refused(

@@ -612,6 +612,40 @@ fn sigint_tears_down() {
     );
 }
 
+/// SIGHUP (the terminal or ssh session of `tigon run` closed) stops the job the same clean
+/// way: before, it killed `tigon run` at once and its namespaces and scratch directories
+/// stayed until the next run (helper-found in session 29).
+#[test]
+fn sighup_tears_down_like_sigint() {
+    let order = program("order");
+    let job = Job::start(&[
+        "--fabric",
+        "veth",
+        "-np",
+        "2",
+        "--",
+        order.to_str().unwrap(),
+        "1000000",
+    ]);
+    let (job, ranks) = wait_mid_transfer(job, &order, 2);
+    assert!(
+        leftovers(job.pid()).iter().any(|l| l.starts_with("tg")),
+        "the job's namespaces should be up"
+    );
+    signal("HUP", job.pid());
+    let e = job.wait(Duration::from_secs(60));
+    assert!(
+        !e.timed_out && e.status == Some(130),
+        "tigon run should stop and exit 130 on SIGHUP: {}",
+        e.text()
+    );
+    assert_clean(&e);
+    assert!(
+        !ranks.iter().any(|&r| running(r)),
+        "ranks {ranks:?} still run"
+    );
+}
+
 /// The value at JSON pointer `ptr` of every agent's stats, summed.
 fn sum_stats(e: &Ended, ptr: &str) -> u64 {
     e.stats().iter().map(|s| num(s, ptr)).sum()
