@@ -80,9 +80,9 @@ fn send_line(s: &UnixStream, r: &Reply) {
 /// The longest request line a client may send (requests are well under 100 bytes): a
 /// longer one is refused before it costs the agent memory.
 const REQUEST_MAX: usize = 4096;
-/// How long a client has to send its whole request line (and later its answer to an
-/// offer), counted from its connection, not per byte: a client that trickles or says
-/// nothing is cut off then.
+/// How long a client has to send its whole request line, counted from its connection, and
+/// its answer to an offer, counted from the offer; in all, not per byte: a client that
+/// trickles or says nothing is cut off then.
 const REQUEST_TIME: Duration = Duration::from_secs(2);
 /// Connections whose request line is still coming in, at most: past it a new connection is
 /// refused at once (each costs a descriptor until its `REQUEST_TIME` runs out).
@@ -223,7 +223,7 @@ impl Control {
                     }
                     Got::Line(line) => {
                         let p = pending.swap_remove(i);
-                        if let Some((slot, s)) = self.handle(p.s, p.cred, &line, p.deadline) {
+                        if let Some((slot, s)) = self.handle(p.s, p.cred, &line) {
                             clients.insert(slot, s);
                         }
                     }
@@ -286,14 +286,13 @@ impl Control {
         })
     }
 
-    /// Answers request `line` of client `s` (credentials `cred`), which has until `deadline`
-    /// for anything more it must send; the client's slot and socket if it attached.
+    /// Answers request `line` of client `s` (credentials `cred`); the client's slot and
+    /// socket if it attached.
     fn handle(
         &self,
         s: UnixStream,
         cred: tigon_shm::sock::PeerCred,
         line: &str,
-        deadline: Instant,
     ) -> Option<(u64, UnixStream)> {
         // Replies are small and the client waits for them: written blocking, briefly.
         let _ = s.set_nonblocking(false);
@@ -361,7 +360,7 @@ impl Control {
                     }
                     _ => None,
                 };
-                match self.attach(&s, cred.pid, cred.uid, offer, deadline) {
+                match self.attach(&s, cred.pid, cred.uid, offer) {
                     Ok(slot) => {
                         let _ = s.set_nonblocking(true);
                         Some((slot, s))
@@ -375,13 +374,13 @@ impl Control {
         }
     }
 
-    /// Offers the client the slot `offer` (if any) and reads its answer: the slot's mapping
-    /// when it took it. A slot not taken is free again.
+    /// Offers the client the slot `offer` (if any) and reads its answer, which it has
+    /// `REQUEST_TIME` to give from the offer on (however long it waited for its turn): the
+    /// slot's mapping when it took it. A slot not taken is free again.
     fn offer_slot(
         &self,
         s: &UnixStream,
         offer: Option<(&Slots, Taken)>,
-        deadline: Instant,
     ) -> Option<(Region, Arc<tigon_pmd::ExtMem>, usize, Geometry)> {
         let (sl, t) = offer?;
         let taken = (|| {
@@ -394,7 +393,7 @@ impl Control {
                     ino,
                 },
             );
-            let line = read_line_by(s, deadline)?;
+            let line = read_line_by(s, Instant::now() + REQUEST_TIME)?;
             match serde_json::from_str::<Request>(line.trim()).ok()? {
                 Request::Take { ok: true } => {}
                 _ => return None,
@@ -418,9 +417,8 @@ impl Control {
         pid: i32,
         uid: u32,
         offer: Option<(&Slots, Taken)>,
-        deadline: Instant,
     ) -> Result<u64, String> {
-        let (region, slot_mem, geometry) = match self.offer_slot(s, offer, deadline) {
+        let (region, slot_mem, geometry) = match self.offer_slot(s, offer) {
             Some((region, mem, index, geo)) => {
                 let region = Arc::new(region);
                 if let Some(sl) = self.slots.get() {
