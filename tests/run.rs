@@ -563,46 +563,29 @@ fn rank_killed_mid_transfer() {
     eprintln!("next job: {:.1?}", next.elapsed);
 }
 
-/// Ctrl-C in the middle of a job (on a lossy wire): the ranks, agents, namespaces, veths and
-/// nft tables go, and `tigon run` fails.
-#[test]
-fn sigint_tears_down() {
+/// Starts `order` over veth (with `--loss 1` if `lossy`), checks with `up` what the running
+/// job has made (its `leftovers`), sends `tigon run` signal `sig` in the middle of the
+/// transfer, and checks that it stopped with 130, removed everything and took its ranks.
+fn signal_mid_job(sig: &str, lossy: bool, up: impl Fn(&[String])) {
     let order = program("order");
-    let job = Job::start(&[
-        "--fabric",
-        "veth",
-        "--loss",
-        "1",
-        "-np",
-        "2",
-        "--",
-        order.to_str().unwrap(),
-        "1000000",
-    ]);
-    let (job, ranks) = wait_mid_transfer(job, &order, 2);
-    // While it runs, the names leftovers() looks for exist (with loss: the nodes' namespaces
-    // and the middle one with the bridge): the check below is not vacuous.
-    // The agents: one hosting both nodes with the shared layout (fewer than 2 CPUs per
-    // node), else one per node.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let agents = if cpus < 4 { 1 } else { 2 };
-    let up = leftovers(job.pid());
-    assert!(
-        up.iter().filter(|l| l.starts_with("tg")).count() == 3
-            && up.iter().filter(|l| l.contains("tigon agent ")).count() == agents,
-        "expected the namespaces, veths and {agents} agent(s) of the running job: {up:#?}"
-    );
-    signal("INT", job.pid());
+    let mut args = vec!["--fabric", "veth"];
+    if lossy {
+        args.extend(["--loss", "1"]);
+    }
+    args.extend(["-np", "2", "--", order.to_str().unwrap(), "1000000"]);
+    let (job, ranks) = wait_mid_transfer(Job::start(&args), &order, 2);
+    up(&leftovers(job.pid()));
+    signal(sig, job.pid());
     let sent = Instant::now();
     let e = job.wait(Duration::from_secs(60));
     assert!(
         !e.timed_out && e.status == Some(130),
-        "tigon run should stop and exit 130 on SIGINT: {}",
+        "tigon run should stop and exit 130 on SIG{sig}: {}",
         e.text()
     );
     assert_clean(&e);
     eprintln!(
-        "SIGINT: exit {:?} {:.1?} after the signal",
+        "SIG{sig}: exit {:?} {:.1?} after the signal",
         e.status,
         sent.elapsed()
     );
@@ -612,38 +595,36 @@ fn sigint_tears_down() {
     );
 }
 
+/// Ctrl-C in the middle of a job (on a lossy wire): the ranks, agents, namespaces, veths and
+/// nft tables go, and `tigon run` fails.
+#[test]
+fn sigint_tears_down() {
+    signal_mid_job("INT", true, |up| {
+        // While it runs, the names leftovers() looks for exist (with loss: the nodes'
+        // namespaces and the middle one with the bridge): the check after is not vacuous.
+        // The agents: one hosting both nodes with the shared layout (fewer than 2 CPUs per
+        // node), else one per node.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let agents = if cpus < 4 { 1 } else { 2 };
+        assert!(
+            up.iter().filter(|l| l.starts_with("tg")).count() == 3
+                && up.iter().filter(|l| l.contains("tigon agent ")).count() == agents,
+            "expected the namespaces, veths and {agents} agent(s) of the running job: {up:#?}"
+        );
+    });
+}
+
 /// SIGHUP (the terminal or ssh session of `tigon run` closed) stops the job the same clean
 /// way: before, it killed `tigon run` at once and its namespaces and scratch directories
 /// stayed until the next run (helper-found in session 29).
 #[test]
 fn sighup_tears_down_like_sigint() {
-    let order = program("order");
-    let job = Job::start(&[
-        "--fabric",
-        "veth",
-        "-np",
-        "2",
-        "--",
-        order.to_str().unwrap(),
-        "1000000",
-    ]);
-    let (job, ranks) = wait_mid_transfer(job, &order, 2);
-    assert!(
-        leftovers(job.pid()).iter().any(|l| l.starts_with("tg")),
-        "the job's namespaces should be up"
-    );
-    signal("HUP", job.pid());
-    let e = job.wait(Duration::from_secs(60));
-    assert!(
-        !e.timed_out && e.status == Some(130),
-        "tigon run should stop and exit 130 on SIGHUP: {}",
-        e.text()
-    );
-    assert_clean(&e);
-    assert!(
-        !ranks.iter().any(|&r| running(r)),
-        "ranks {ranks:?} still run"
-    );
+    signal_mid_job("HUP", false, |up| {
+        assert!(
+            up.iter().any(|l| l.starts_with("tg")),
+            "the job's namespaces should be up: {up:#?}"
+        );
+    });
 }
 
 /// The value at JSON pointer `ptr` of every agent's stats, summed.
