@@ -57,15 +57,7 @@ impl std::fmt::Debug for ExtMem {
 }
 
 pub(crate) fn default_hugepage_size() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Hugepagesize:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2 << 20, |kb| kb * 1024)
+    tigon_shm::region::hugepage_size()
 }
 
 impl ExtMem {

@@ -282,7 +282,6 @@ impl Mempool {
     }
 }
 
-/// A pool's name as DPDK takes it.
 /// Bytes of DPDK memory an mbuf takes besides its data room (the `rte_mbuf` header and
 /// the pool's per-object header, roughly): for the size a failed pool asked for.
 const MBUF_OVERHEAD: u64 = 192;
@@ -295,16 +294,9 @@ fn create_failed(what: String, bytes: u64) -> Error {
     if e.errno() != Some(libc::ENOMEM) {
         return e;
     }
-    let free = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let field = |k: &str| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix(k))
-                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            };
-            Some((field("HugePages_Free:")?, field("Hugepagesize:")?))
-        })
+    let meminfo = tigon_shm::region::meminfo;
+    let free = meminfo("HugePages_Free")
+        .zip(meminfo("Hugepagesize"))
         .map_or(String::new(), |(pages, kb)| {
             format!("; {pages} hugepages of {} MiB free now", kb / 1024)
         });
@@ -316,6 +308,7 @@ fn create_failed(what: String, bytes: u64) -> Error {
     ))
 }
 
+/// A pool's name as DPDK takes it.
 fn pool_name(name: &str) -> Result<CString> {
     CString::new(name)
         .map_err(|_| Error::InvalidArgument(format!("mempool name `{name}` has a NUL")))

@@ -114,23 +114,16 @@ impl Pending {
         loop {
             match (&self.s).read(&mut b) {
                 Ok(0) => return Got::Dropped,
-                Ok(n) => {
-                    if let Some(i) = b[..n].iter().position(|&c| c == b'\n') {
-                        self.line.extend_from_slice(&b[..i]);
-                        if self.line.len() > REQUEST_MAX {
-                            return self.refuse(too_long());
-                        }
-                        let line = std::mem::take(&mut self.line);
-                        return match String::from_utf8(line) {
+                Ok(n) => match add_to_line(&mut self.line, &b[..n]) {
+                    Err(TooLong) => return self.refuse(too_long()),
+                    Ok(false) => {}
+                    Ok(true) => {
+                        return match String::from_utf8(std::mem::take(&mut self.line)) {
                             Ok(l) => Got::Line(l),
                             Err(_) => self.refuse("bad request: not UTF-8".into()),
                         };
                     }
-                    self.line.extend_from_slice(&b[..n]);
-                    if self.line.len() > REQUEST_MAX {
-                        return self.refuse(too_long());
-                    }
-                }
+                },
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Got::Dropped,
@@ -159,6 +152,20 @@ fn refuse(s: &UnixStream, cred: &tigon_shm::sock::PeerCred, why: &str, message: 
     send_line(s, &Reply::Error { message });
 }
 
+/// A request line past `REQUEST_MAX` bytes.
+struct TooLong;
+
+/// Appends `chunk` to `line` up to its first newline (anything after it is dropped: a
+/// client sends one line and waits for the answer); whether the line is now complete.
+fn add_to_line(line: &mut Vec<u8>, chunk: &[u8]) -> Result<bool, TooLong> {
+    let end = chunk.iter().position(|&c| c == b'\n');
+    line.extend_from_slice(&chunk[..end.unwrap_or(chunk.len())]);
+    if line.len() > REQUEST_MAX {
+        return Err(TooLong);
+    }
+    Ok(end.is_some())
+}
+
 fn too_long() -> String {
     format!("bad request: longer than {REQUEST_MAX} bytes")
 }
@@ -176,16 +183,11 @@ fn read_line_by(s: &UnixStream, deadline: Instant) -> Option<String> {
         s.set_read_timeout(Some(left)).ok()?;
         match (&*s).read(&mut b) {
             Ok(0) => return None,
-            Ok(n) => {
-                let end = b[..n].iter().position(|&c| c == b'\n');
-                line.extend_from_slice(&b[..end.unwrap_or(n)]);
-                if line.len() > REQUEST_MAX {
-                    return None;
-                }
-                if end.is_some() {
-                    return String::from_utf8(line).ok();
-                }
-            }
+            Ok(n) => match add_to_line(&mut line, &b[..n]) {
+                Err(TooLong) => return None,
+                Ok(false) => {}
+                Ok(true) => return String::from_utf8(line).ok(),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return None,
         }

@@ -8,14 +8,6 @@ use std::path::Path;
 /// about 40 MiB, the channels of its clients more.
 const MIN_FREE_PAGES: u64 = 64;
 
-fn meminfo(key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
-        rest.split_whitespace().next()?.parse().ok()
-    })
-}
-
 /// The filesystem type mounted at `dir` (the last mount there wins), if `dir` is a mount point.
 fn mount_type(dir: &Path) -> Option<String> {
     let dir = std::fs::canonicalize(dir).ok()?;
@@ -30,6 +22,7 @@ fn mount_type(dir: &Path) -> Option<String> {
 
 pub(super) fn hugepages(dir: &Path, no_huge: bool, port: Option<&str>) -> Check {
     let d = dir.display();
+    use tigon_shm::region::meminfo;
     let total = meminfo("HugePages_Total").unwrap_or(0);
     let free = meminfo("HugePages_Free").unwrap_or(0);
     let kb = meminfo("Hugepagesize").unwrap_or(2048);

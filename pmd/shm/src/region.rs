@@ -21,15 +21,21 @@ unsafe impl Send for Region {}
 // SAFETY: as above.
 unsafe impl Sync for Region {}
 
-fn hugepage_size() -> usize {
+/// A field of /proc/meminfo (`"Hugepagesize"`, `"HugePages_Free"`): its number (kB for
+/// sizes, a count for pages); `None` where it cannot be read.
+pub fn meminfo(field: &str) -> Option<u64> {
     std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Hugepagesize:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let v = l.strip_prefix(field)?.strip_prefix(':')?;
+            v.split_whitespace().next()?.parse().ok()
         })
-        .map_or(2 << 20, |kb| kb * 1024)
+}
+
+/// The default hugepage size in bytes (2 MiB where /proc/meminfo does not say).
+pub fn hugepage_size() -> usize {
+    meminfo("Hugepagesize").map_or(2 << 20, |kb| kb as usize * 1024)
 }
 
 impl Region {
