@@ -175,6 +175,13 @@ fn agent_options_are_checked_before_dpdk() {
         ("--max-ack-delay-us", "50001", "0 to 50000"),
         ("--max-ack-delay-busy-us", "60000", "0 to 50000"),
         ("--rndv-threshold", "999999999", "0 to 262144"),
+        // Negative numbers get the option's range too (before: clap's "invalid digit found
+        // in string", or "not in 0..=4294967295" for a range of 64 to 65536).
+        ("--rndv-threshold", "-1", "0 to 262144"),
+        ("--channel-requests", "-5", "use 64 to 65536"),
+        ("--peer-timeout-ms", "-100", "100 to 3600000"),
+        ("--lcore", "-1", "CPUs are"),
+        ("--mtu", "-1", "1500"),
         ("--idle-poll-us", "0", "1 to 10000"),
         ("--cpu-latency", "-5", "off"),
         ("--dma", "ioat", "dma_skeleton0"),

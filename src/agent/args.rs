@@ -17,23 +17,23 @@ pub struct AgentArgs {
     #[arg(long)]
     pub port: Option<String>,
     /// The CPU the engine's poll loop owns, one of this machine's [default: 0].
-    #[arg(long)]
-    pub lcore: Option<u32>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub lcore: Option<i64>,
     /// Control socket clients attach to; its directory must exist [default: $TIGON_SOCKET,
     /// else /run/tigon/agent.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
     /// MTU of the port: 1500 or 9000 [default: 1500].
-    #[arg(long)]
-    pub mtu: Option<u16>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub mtu: Option<i64>,
     /// A dmadev for copy offload: `dma_skeleton0`, or an IOAT / DSA PCI address [default:
     /// none, the engine copies].
     #[arg(long)]
     pub dma: Option<String>,
     /// Received payloads at least this long go through the dmadev, in bytes [default: 4096;
     /// `tigon bench dma` measures the crossover].
-    #[arg(long)]
-    pub dma_threshold: Option<usize>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub dma_threshold: Option<i64>,
     /// When there is no work: `spin` (busy-poll, for a dedicated core) or `yield` (shared
     /// machines) [default: spin].
     #[arg(long)]
@@ -42,44 +42,44 @@ pub struct AgentArgs {
     #[arg(long, value_delimiter = ',')]
     pub allow_uid: Option<Vec<u32>>,
     /// Messages longer than this go by rendezvous, in bytes, 0 to 262144 [default: 32768].
-    #[arg(long)]
-    pub rndv_threshold: Option<usize>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub rndv_threshold: Option<i64>,
     /// Requests each rank may have outstanding at once (its channel's descriptors: 128 bytes
     /// of shared memory each), 64 to 65536 [default: 16384]. A rank past it waits for one of
     /// them to complete, and fails after a minute if none does.
-    #[arg(long)]
-    pub channel_requests: Option<u32>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub channel_requests: Option<i64>,
     /// An unreachable peer fails operations after this long, in milliseconds, 100 to 3600000
     /// [default: 5000].
-    #[arg(long)]
-    pub peer_timeout_ms: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub peer_timeout_ms: Option<i64>,
     /// A session with a peer node idle this long, with nothing in flight, is retired (its
     /// state freed; the next message sets up a new one), in milliseconds: 0 (never) or more
     /// than the peer timeout, at most 86400000 [default: 60000, or twice the peer timeout
     /// if that is longer].
-    #[arg(long)]
-    pub session_idle_ms: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub session_idle_ms: Option<i64>,
     /// While the engine is busy, an ack owed to a peer waits up to this long for more of its
     /// frames or a frame to it (one ack for several messages), in microseconds, 0 to 50000;
     /// advertised to peers at connect, whose retransmit timeouts allow for it [default: 5000].
-    #[arg(long)]
-    pub max_ack_delay_us: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_ack_delay_us: Option<i64>,
     /// The same while thousands of peers owe an ack at once (each sending less often than
     /// the delay above, one ack per message otherwise), in microseconds, 0 to 50000; told to
     /// each peer in an ack before it applies; never shorter than --max-ack-delay-us
     /// [default: 40000].
-    #[arg(long)]
-    pub max_ack_delay_busy_us: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_ack_delay_busy_us: Option<i64>,
     /// With `--idle yield`: keep polling this long after the last work before sleeping, in
     /// microseconds, 0 to 1000000 [default: 0: the polling is charged to the ranks sharing
     /// the core].
-    #[arg(long)]
-    pub idle_spin_us: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub idle_spin_us: Option<i64>,
     /// With `--idle yield`, on a link that cannot wake a sleeping engine (memif): the longest
     /// sleep while operations are in flight or within a second of the last work, in
     /// microseconds, 1 to 10000 [default: 50]. af_packet and client requests wake it at once.
-    #[arg(long)]
-    pub idle_poll_us: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub idle_poll_us: Option<i64>,
     /// CPU-latency QoS request held while the agent runs, in microseconds, or `off`
     /// (/dev/cpu_dma_latency; `0` keeps idle cores polling so wake-ups take microseconds)
     /// [default: 0 with `--idle yield`, off with `spin`].
@@ -118,15 +118,15 @@ pub struct AgentArgs {
     pub gateway: Option<String>,
     /// With `--wire udp`: the UDP port of every agent of the cluster, 1 to 65535 (open it in
     /// firewalls and security groups) [default: 7470].
-    #[arg(long)]
-    pub udp_port: Option<u16>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub udp_port: Option<i64>,
     /// With `--wire udp`: receive queues on the port, 1 to 16, spread by RSS over UDP/IPv4
     /// (the hash covers the UDP source port, which senders vary per endpoint pair, so each
     /// pair stays on one queue, in order); the engine polls them all. Where the driver offers
     /// no RSS the port gets one queue, and `tigon stats` says so [default: 4 with --wire udp,
     /// 1 with --wire ether].
-    #[arg(long)]
-    pub rx_queues: Option<u16>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub rx_queues: Option<i64>,
     /// Run DPDK without hugepages (also when TIGON_NO_HUGE=1) [default: off].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_huge: Option<bool>,
@@ -296,10 +296,13 @@ fn udp_settings(a: &AgentArgs) -> Result<Option<UdpConfig>, String> {
     if addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast() {
         return bad("ip", ip, "a unicast address of this node");
     }
-    let port = a.udp_port.unwrap_or(tigon_engine::net::DEFAULT_PORT);
-    if port == 0 {
-        return bad("udp-port", 0, "use 1 to 65535");
-    }
+    let port = in_range(
+        "udp-port",
+        a.udp_port.unwrap_or(tigon_engine::net::DEFAULT_PORT.into()),
+        1,
+        65_535,
+        "",
+    )? as u16;
     let mut c = UdpConfig::new(addr, prefix, tigon_engine::MacAddr::default());
     c.port = port;
     if let Some(g) = a.gateway.as_deref() {
@@ -418,21 +421,22 @@ impl AgentArgs {
                 ),
             );
         }
-        let lcore = a.lcore.unwrap_or(0);
+        let lcore_arg = a.lcore.unwrap_or(0);
         let (cpus, list) = allowed_cpus();
-        if !cpus.is_empty() && !cpus.contains(&lcore) {
+        let lcore = u32::try_from(lcore_arg).unwrap_or(u32::MAX);
+        if lcore_arg < 0 || (!cpus.is_empty() && !cpus.contains(&lcore)) {
             return bad(
                 "lcore",
-                lcore,
+                lcore_arg,
                 &format!(
                     "this machine's CPUs are {list}: pick one of them (ideally one no rank runs on)"
                 ),
             );
         }
-        let mtu = a.mtu.unwrap_or(1500);
-        if mtu != 1500 && mtu != 9000 {
-            return bad("mtu", mtu, "use 1500, or 9000 for jumbo frames");
-        }
+        let mtu = match a.mtu.unwrap_or(1500) {
+            m @ (1500 | 9000) => m as u16,
+            m => return bad("mtu", m, "use 1500, or 9000 for jumbo frames"),
+        };
         let spin = match a.idle.as_deref().unwrap_or("spin") {
             "spin" => true,
             "yield" => false,
@@ -453,8 +457,9 @@ impl AgentArgs {
                 "a dmadev: dma_skeleton0, or a copy engine's PCI address (dpdk-devbind.py --status-dev dma)",
             );
         }
-        let dma_threshold = a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD);
-        in_range("dma-threshold", dma_threshold, 1, 1 << 30, " bytes")?;
+        let dma_threshold = a.dma_threshold.unwrap_or(DEFAULT_DMA_THRESHOLD as i64);
+        let dma_threshold =
+            in_range("dma-threshold", dma_threshold, 1, 1 << 30, " bytes")? as usize;
         let allow = a.allow_uid.clone().unwrap_or_else(|| {
             vec![
                 std::fs::metadata("/proc/self")
@@ -476,7 +481,8 @@ impl AgentArgs {
             ..Config::default()
         };
         if let Some(t) = a.rndv_threshold {
-            cfg.rndv_threshold = in_range("rndv-threshold", t, 0, MAX_RNDV_THRESHOLD, " bytes")?;
+            cfg.rndv_threshold =
+                in_range("rndv-threshold", t, 0, MAX_RNDV_THRESHOLD as i64, " bytes")? as usize;
         }
         if !spin {
             // Sharing cores means being descheduled for a tick now and then: do not mistake
@@ -488,20 +494,21 @@ impl AgentArgs {
         }
         if let Some(ms) = a.peer_timeout_ms {
             cfg.peer_timeout_ns =
-                in_range("peer-timeout-ms", ms, 100, 3_600_000, " ms")? * 1_000_000;
+                in_range("peer-timeout-ms", ms, 100, 3_600_000, " ms")? as u64 * 1_000_000;
         }
         if let Some(us) = a.max_ack_delay_us {
-            let limit = tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000;
-            cfg.max_ack_delay_ns = in_range("max-ack-delay-us", us, 0, limit, " us")? * 1_000;
+            let limit = (tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000) as i64;
+            cfg.max_ack_delay_ns =
+                in_range("max-ack-delay-us", us, 0, limit, " us")? as u64 * 1_000;
         }
         if let Some(us) = a.max_ack_delay_busy_us {
-            let limit = tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000;
+            let limit = (tigon_engine::wire::ACK_DELAY_LIMIT_NS / 1_000) as i64;
             cfg.max_ack_delay_busy_ns =
-                in_range("max-ack-delay-busy-us", us, 0, limit, " us")? * 1_000;
+                in_range("max-ack-delay-busy-us", us, 0, limit, " us")? as u64 * 1_000;
         }
         cfg.session_idle_ns = match a.session_idle_ms {
             Some(ms) => {
-                let ms = in_range("session-idle-ms", ms, 0, 86_400_000, " ms")?;
+                let ms = in_range("session-idle-ms", ms, 0, 86_400_000, " ms")? as u64;
                 if ms != 0 && ms * 1_000_000 <= cfg.peer_timeout_ns {
                     return bad(
                         "session-idle-ms",
@@ -525,7 +532,7 @@ impl AgentArgs {
         let rx_queues = match (a.rx_queues, udp.is_some()) {
             (None, true) => DEFAULT_UDP_RX_QUEUES,
             (None, false) => 1,
-            (Some(n), true) => in_range("rx-queues", n, 1, MAX_RX_QUEUES, "")?,
+            (Some(n), true) => in_range("rx-queues", n, 1, MAX_RX_QUEUES as i64, "")? as u16,
             (Some(1), false) => 1,
             (Some(n), false) => {
                 return bad(
@@ -542,7 +549,7 @@ impl AgentArgs {
             0,
             1_000_000,
             " µs",
-        )?;
+        )? as u64;
         // Heartbeats and the shutdown check bound the longest sleep to 10 ms anyway.
         let idle_poll = in_range(
             "idle-poll-us",
@@ -550,7 +557,7 @@ impl AgentArgs {
             1,
             10_000,
             " µs",
-        )?;
+        )? as u64;
         let cpu_latency_us = match a.cpu_latency.as_deref() {
             Some("off") => None,
             Some(v) => match v.parse::<i32>() {
@@ -566,7 +573,7 @@ impl AgentArgs {
             (None, true) => None,
         };
         let n_desc = match a.channel_requests {
-            Some(n) => in_range("channel-requests", n, 64, 65_536, "")?,
+            Some(n) => in_range("channel-requests", n, 64, 65_536, "")? as u32,
             None => DEFAULT_CHANNEL_REQUESTS,
         };
         let geometry = Geometry {
