@@ -111,6 +111,18 @@ fn a_memif_client_reconnects_to_a_server_agent_that_comes_back() {
             .expect("running the doctor");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("link is DOWN"), "{text}");
+        // While the server is away the client says so once and retries quietly: DPDK's
+        // memif said "Failed to connect socket" at every retry, once a second.
+        assert!(
+            eventually(std::time::Duration::from_secs(10), || b
+                .log_tail()
+                .contains("trying to connect again every 1 s, quietly")),
+            "{}",
+            b.log_tail()
+        );
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let dpdk_says = b.log_tail().matches("Failed to connect socket").count();
+        assert!(dpdk_says <= 2, "{dpdk_says} times:\n{}", b.log_tail());
         // The server's agent comes back (a new incarnation, the same memif socket).
         let sock = dir.join("memif.sock");
         let port = format!("net_memif0,role=server,socket={}", sock.display());

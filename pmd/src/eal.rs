@@ -437,6 +437,24 @@ impl Eal {
         cur.as_ref()?.upgrade().map(|inner| Eal { inner })
     }
 
+    /// Quiets the DPDK log types matching `pattern` (e.g. `pmd.net.memif`) down to critical
+    /// messages, or gives them back the warning level the agent runs DPDK with: for a driver
+    /// that says the same thing each time it is retried (memif's "Failed to connect socket",
+    /// once a second while its server is away), which the caller says once itself.
+    pub fn quiet_logs(&self, pattern: &str, quiet: bool) {
+        let Ok(p) = CString::new(pattern) else {
+            return;
+        };
+        let level = if quiet {
+            sys::RTE_LOG_CRIT
+        } else {
+            sys::RTE_LOG_WARNING
+        };
+        // SAFETY: the EAL is initialised (we hold it); `p` is a NUL-terminated string that
+        // outlives the call, which copies it.
+        unsafe { sys::rte_log_set_level_pattern(p.as_ptr(), level) };
+    }
+
     /// Whether `rte_eal_init` has been attempted in this process.
     pub fn init_attempted() -> bool {
         ATTEMPTED.load(Ordering::SeqCst)

@@ -164,6 +164,7 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
     let now = Instant::now();
     EngineLoop {
         eal: dp.eal,
+        memif_quiet: false,
         memseg_fd: dp.memseg_fd,
         last_memseg_check: 0,
         nodes: served_nodes,
@@ -218,11 +219,17 @@ struct Relink {
     last_look: u64,
     down_since: Option<u64>,
     last_try: u64,
+    /// Restarts tried since the link went down: DPDK's memif says "Failed to connect
+    /// socket" at each, once a second for as long as the server is away; after the first
+    /// its log is quieted until the link is back (we said why once).
+    tries: u32,
 }
 
 /// How often a watched link is looked at, and how long it stays down before a restart.
 const RELINK_LOOK_NS: u64 = 100_000_000;
 const RELINK_AFTER_NS: u64 = 1_000_000_000;
+/// DPDK's log type of the memif driver.
+const MEMIF_LOGS: &str = "pmd.net.memif";
 
 fn memif_client(devargs: &str) -> bool {
     devargs.starts_with("net_memif") && devargs.split(',').any(|kv| kv.trim() == "role=client")
@@ -230,6 +237,8 @@ fn memif_client(devargs: &str) -> bool {
 
 struct EngineLoop<'a> {
     eal: Eal,
+    /// DPDK's memif log is quieted while a memif client port's link stays down (`keep_links`).
+    memif_quiet: bool,
     /// The EAL's memory file descriptor a memif zero-copy port closes (see `MemsegFd`), and
     /// when it was last looked at.
     memseg_fd: Option<MemsegFd>,
@@ -466,6 +475,7 @@ impl EngineLoop<'_> {
     /// Restarts a memif client port whose link has been down for `RELINK_AFTER_NS` (its
     /// server's agent went away), and again as long after each try, until it is back up.
     fn keep_links(&mut self, now: u64) {
+        let eal = &self.eal;
         for n in &mut self.nodes {
             let Some(w) = n.relink.as_mut() else {
                 continue;
@@ -479,6 +489,7 @@ impl EngineLoop<'_> {
                 if w.down_since.take().is_some() {
                     log::info!("port {}: link up again", n.link.port.name());
                 }
+                w.tries = 0;
                 continue;
             }
             let since = *w.down_since.get_or_insert(now);
@@ -488,6 +499,20 @@ impl EngineLoop<'_> {
                 continue;
             }
             w.last_try = now;
+            w.tries += 1;
+            if w.tries == 2 {
+                log::warn!(
+                    "port {}: link down for {} s: its memif server (the peer node's agent) is \
+                     not there; trying to connect again every {} s, quietly",
+                    n.link.port.name(),
+                    now.saturating_sub(since) / 1_000_000_000,
+                    RELINK_AFTER_NS / 1_000_000_000
+                );
+                if !self.memif_quiet {
+                    eal.quiet_logs(MEMIF_LOGS, true);
+                    self.memif_quiet = true;
+                }
+            }
             match n.link.port.restart() {
                 Ok(()) => log::info!(
                     "port {}: link down for {} ms: restarted to connect to its memif server anew",
@@ -496,6 +521,17 @@ impl EngineLoop<'_> {
                 ),
                 Err(e) => log::debug!("port {}: restart: {e}", n.link.port.name()),
             }
+        }
+        // Every link back (several nodes' memif ports share this EAL's log): memif's own
+        // messages matter again.
+        if self.memif_quiet
+            && !self
+                .nodes
+                .iter()
+                .any(|n| n.relink.as_ref().is_some_and(|w| w.tries > 1))
+        {
+            eal.quiet_logs(MEMIF_LOGS, false);
+            self.memif_quiet = false;
         }
     }
 
