@@ -366,3 +366,32 @@ fn a_file_named_as_the_socket_is_refused_and_kept() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious\n");
     assert!(sub.is_dir());
 }
+
+/// `--max-clients`: the agent serves that many ranks at once and refuses one more with an
+/// error naming the option (each attach takes a channel of shared memory: before, nothing
+/// bounded how many one allowed user could take). A rank that leaves makes room again.
+#[test]
+fn attaches_past_max_clients_are_refused_by_name() {
+    let dir = TestDir::new("max-clients");
+    let a = Agent::start(&dir, "a", "net_null0", 0, None, &["--max-clients", "2"]);
+    let c1 = tigon_client::Client::attach(&a.socket).expect("first rank");
+    let _c2 = tigon_client::Client::attach(&a.socket).expect("second rank");
+    let e = tigon_client::Client::attach(&a.socket)
+        .err()
+        .expect("a third rank is refused")
+        .to_string();
+    assert!(e.contains("max-clients") && e.contains("2 ranks"), "{e}");
+    let st = a.stats();
+    assert_eq!(num(&st, "/serve/refused_max_clients"), 1, "{st}");
+    assert_eq!(num(&st, "/serve/clients"), 2, "{st}");
+    drop(c1);
+    assert!(
+        eventually(Duration::from_secs(10), || num(
+            &a.stats(),
+            "/serve/clients"
+        ) == 1),
+        "{}",
+        a.stats()
+    );
+    let _c3 = tigon_client::Client::attach(&a.socket).expect("room again");
+}

@@ -182,6 +182,7 @@ fn agent_options_are_checked_before_dpdk() {
         ("--peer-timeout-ms", "-100", "100 to 3600000"),
         ("--lcore", "-1", "CPUs are"),
         ("--mtu", "-1", "1500"),
+        ("--max-clients", "0", "use 1 to 65536"),
         ("--idle-poll-us", "0", "1 to 10000"),
         ("--cpu-latency", "-5", "off"),
         ("--dma", "ioat", "dma_skeleton0"),

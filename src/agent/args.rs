@@ -49,6 +49,12 @@ pub struct AgentArgs {
     /// them to complete, and fails after a minute if none does.
     #[arg(long, allow_negative_numbers = true)]
     pub channel_requests: Option<i64>,
+    /// Ranks this node's agent serves at once, 1 to 65536 [default: 1024]. One more is
+    /// refused at attach (its MPI_Init fails, naming this option): each rank's channel is
+    /// shared memory (~10 MiB at the defaults), which a runaway launcher would otherwise take
+    /// until the machine has none.
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_clients: Option<i64>,
     /// An unreachable peer fails operations after this long, in milliseconds, 100 to 3600000
     /// [default: 5000].
     #[arg(long, allow_negative_numbers = true)]
@@ -187,6 +193,7 @@ impl AgentArgs {
             allow_uid,
             rndv_threshold,
             channel_requests,
+            max_clients,
             peer_timeout_ms,
             session_idle_ms,
             max_ack_delay_us,
@@ -231,6 +238,8 @@ pub struct Settings {
     pub rx_queues: u16,
     /// Of every client's channel.
     pub geometry: Geometry,
+    /// `--max-clients`: ranks served at once.
+    pub max_clients: usize,
     /// Payloads the dmadev copies (if there is one) are at least this long.
     pub dma_threshold: usize,
     /// `--lend-large`: frames of large messages may be lent to ranks that wait for them.
@@ -328,6 +337,8 @@ pub const DEFAULT_DMA_THRESHOLD: usize = 4096;
 /// receives ahead (a linear all-to-all over thousands of ranks) stay within it. It was 4,096,
 /// which a job of 4,096 receives posted before a barrier hung on.
 pub const DEFAULT_CHANNEL_REQUESTS: u32 = 16_384;
+/// Ranks a node's agent serves at once unless `--max-clients` says otherwise.
+pub const DEFAULT_MAX_CLIENTS: usize = 1024;
 /// The largest `--rndv-threshold`: every client's channel holds 256 buffers of this size.
 pub const MAX_RNDV_THRESHOLD: usize = 256 << 10;
 
@@ -576,6 +587,10 @@ impl AgentArgs {
             Some(n) => in_range("channel-requests", n, 64, 65_536, "")? as u32,
             None => DEFAULT_CHANNEL_REQUESTS,
         };
+        let max_clients = match a.max_clients {
+            Some(n) => in_range("max-clients", n, 1, 65_536, "")? as usize,
+            None => DEFAULT_MAX_CLIENTS,
+        };
         let geometry = Geometry {
             n_desc,
             n_data: 256,
@@ -605,6 +620,7 @@ impl AgentArgs {
             udp,
             rx_queues,
             geometry,
+            max_clients,
             dma_threshold,
             lend_large: a.lend_large.unwrap_or(false),
             idle_spin: Duration::from_micros(idle_spin),

@@ -130,7 +130,7 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
         served_nodes.push(NodeLoop {
             eng,
             link: plane.link,
-            served: Served::default(),
+            served: Served::new(s.max_clients),
             control,
             register_channels: plane.register_channels,
             relink,

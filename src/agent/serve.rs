@@ -44,6 +44,8 @@ struct Client {
 pub struct ServeStats {
     pub clients: u64,
     pub clients_attached_total: u64,
+    /// Attaches refused because `--max-clients` ranks were attached already.
+    pub refused_max_clients: u64,
     pub clients_reclaimed: u64,
     pub clients_disconnected_garbage: u64,
     pub requests: u64,
@@ -69,6 +71,8 @@ pub struct Served {
     pub stats: ServeStats,
     /// Clients disconnected for misbehaving since the last look: (handle, reason).
     pub evicted: Vec<(u64, String)>,
+    /// Clients served at once (`--max-clients`); one more is refused.
+    pub max_clients: usize,
 }
 
 /// A client's name between the engine and the control thread: its slot and the generation
@@ -82,6 +86,14 @@ fn invalid(why: &str) -> String {
 }
 
 impl Served {
+    /// No client yet; `max_clients` served at once.
+    pub fn new(max_clients: usize) -> Served {
+        Served {
+            max_clients,
+            ..Served::default()
+        }
+    }
+
     /// Whether any client is attached.
     pub fn has_clients(&self) -> bool {
         self.clients.iter().any(Option::is_some)
@@ -98,6 +110,16 @@ impl Served {
         ext: Option<Arc<tigon_pmd::ExtMem>>,
         maps_rx: bool,
     ) -> Result<(u64, EndpointAddr), String> {
+        let attached = self.clients.iter().filter(|c| c.is_some()).count();
+        if attached >= self.max_clients {
+            self.stats.refused_max_clients += 1;
+            let ranks = if attached == 1 { "rank" } else { "ranks" };
+            return Err(format!(
+                "this node's agent serves {attached} {ranks} already, as many as its \
+                 max-clients allows: raise \"max-clients\" (--max-clients) or run fewer ranks \
+                 on this node"
+            ));
+        }
         let addr = eng.open_endpoint(None).map_err(|e| e.to_string())?;
         // Before the client hears of its channel: it reads this once, when it attaches.
         ch.set_lends_fragments(maps_rx && eng.copy_engine_mut().clients().lend_large);
