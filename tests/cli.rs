@@ -351,6 +351,18 @@ fn a_socket_path_that_is_no_socket_is_named_so() {
     ] {
         assert_refused(&["stats", "--socket", path], &["is not a socket but", kind]);
     }
+    // A socket no agent listens on (an agent killed leaves its socket), and none at all.
+    let stale = dir.join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert_refused(
+        &["stats", "--socket", stale.to_str().unwrap()],
+        &["no agent is listening there", "tigon agent --socket"],
+    );
+    let missing = dir.join("missing.sock");
+    assert_refused(
+        &["stats", "--socket", missing.to_str().unwrap()],
+        &["no such socket", "is the agent running"],
+    );
     let o = Command::new(TIGON)
         .arg("stats")
         .env("TIGON_SOCKET", "")

@@ -163,6 +163,21 @@ fn connect(socket: &Path) -> std::result::Result<UnixStream, String> {
                 if m.is_dir() { "directory" } else { "file" },
                 crate::DEFAULT_SOCKET
             ),
+            // A socket file with no agent behind it: one left by an agent that ended
+            // without removing it (killed), or whose agent runs in another namespace.
+            Ok(_) if e.kind() == std::io::ErrorKind::ConnectionRefused => format!(
+                "{}: no agent is listening there (connection refused: a socket left by an \
+                 agent that ended?): start one (`tigon agent --socket {}`), and \
+                 `tigon doctor` checks a node",
+                socket.display(),
+                socket.display()
+            ),
+            Err(_) if e.kind() == std::io::ErrorKind::NotFound => format!(
+                "{}: no such socket: is the agent running, and is this its --socket ({} by \
+                 default)?",
+                socket.display(),
+                crate::DEFAULT_SOCKET
+            ),
             _ => format!("{}: {e}", socket.display()),
         }
     })

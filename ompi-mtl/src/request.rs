@@ -115,12 +115,14 @@ pub fn failure(m: &Mtl, e: &Error) -> c_int {
             _ => ("peer failure", "tigon transfer failed"),
         };
         let reason = e.to_string();
-        report::show_help(
-            topic,
-            &format!("mtl:tigon: {what} on {}: {reason}", report::hostname()),
-            &report::hostname(),
-            &reason,
-        );
+        let line = format!("mtl:tigon: {what} on {}: {reason}", report::hostname());
+        report::show_help(topic, &line, &report::hostname(), &reason);
+        // The job usually ends right after this (MPI_ERRORS_ARE_FATAL), and ORTE's
+        // show_help forwarding loses a message when the process ends before it went out, or
+        // when several ranks fail at once (mpirun then prints "Data unpack would read past
+        // end of buffer in show_help.c" and nothing of ours; helper-found, 5 of 10 agents
+        // killed mid-transfer): the one line on the rank's own stderr always reaches the user.
+        report::always(&line);
     }
     ffi::MPI_ERR_OTHER as c_int
 }
