@@ -39,6 +39,19 @@ pub fn parse_np(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `eprintln!` for a command that must go on whatever becomes of its stderr: `tigon run`
+/// tears down the agents, namespaces and memory it made, and passes the program's status
+/// on, also when its stderr is a pipe whose reader went away (`2>&1 | head -1`) or a full
+/// disk. A message that cannot be written is dropped, where `eprintln!` panics (and a
+/// broken pipe then ended the process before its clean-up: helper-found).
+macro_rules! say {
+    ($($a:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($a)*);
+    }};
+}
+pub(crate) use say;
+
 /// Output to a reader that went away (`tigon stats | head -1`): Rust ignores SIGPIPE, so
 /// `println!` panics on the broken pipe (exit 101 and a panic message). SIGPIPE stays
 /// ignored, since the CLI writes to agents' sockets and a vanished agent must be an error,

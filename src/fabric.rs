@@ -2,6 +2,7 @@
 //! veth interfaces between network namespaces (af_packet), with optional wire loss from
 //! nftables. Used by `tigon run`, the demo and the benchmarks; everything is torn down on drop.
 
+use crate::cli::say;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -644,7 +645,7 @@ impl Cluster {
                 if let Some(sig) = status.and_then(|st| st.signal())
                     && sig != libc::SIGINT
                 {
-                    eprintln!("tigon: agent {} was ended by signal {sig}", ch.id());
+                    say!("tigon: agent {} was ended by signal {sig}", ch.id());
                 }
             }
         }

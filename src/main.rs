@@ -101,7 +101,8 @@ fn main() {
         },
     };
     if let Err(e) = res {
-        eprintln!("tigon: {e}");
+        // The status says it failed even when the message cannot be written.
+        cli::say!("tigon: {e}");
         std::process::exit(1);
     }
 }

@@ -7,6 +7,7 @@
 //! groups of their own: a terminal's Ctrl-C reaches `tigon run` (and mpirun and the ranks, in
 //! its group), which then stops the job, reads the agents' counters and stops the agents.
 
+use crate::cli::say;
 use crate::cli::{parse_mtu, parse_nodes, parse_np, parse_percent};
 use crate::fabric::{Cluster, ClusterOpts, FabricKind, LayoutKind, OMPI_COMPONENT_DIR, WireKind};
 use clap::Args;
@@ -488,13 +489,13 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         // Ctrl-C / SIGTERM while the nodes came up (what was up is torn down): the same
         // status as a job interrupted later, with the reason said.
         Err(e) if tigon_shm::signals::terminating() => {
-            eprintln!("tigon: {e}");
+            say!("tigon: {e}");
             return Ok(INTERRUPTED);
         }
         Err(e) => return Err(e),
     };
     if a.stats {
-        eprintln!("tigon run: {}", cluster.layout.describe());
+        say!("tigon run: {}", cluster.layout.describe());
     }
     if let Some(f) = &a.capture {
         cluster.capture(f)?;
@@ -514,17 +515,17 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
         for (i, n) in cluster.nodes.iter().enumerate() {
             match tigon_client::agent_stats(&n.socket) {
                 Ok(v) => {
-                    eprintln!("tigon run: agent {i} stats: {v}");
+                    say!("tigon run: agent {i} stats: {v}");
                     all.push(v);
                 }
-                Err(e) => eprintln!("tigon run: agent {i} stats: unavailable ({e})"),
+                Err(e) => say!("tigon run: agent {i} stats: unavailable ({e})"),
             }
             if let Some(d) = n.dropped() {
-                eprintln!("tigon run: node {i} loss rule dropped {d} frames");
+                say!("tigon run: node {i} loss rule dropped {d} frames");
             }
         }
         if let Some(line) = copies_line(&all) {
-            eprintln!("tigon run: {line}");
+            say!("tigon run: {line}");
         }
     }
     drop(cluster);

@@ -4,7 +4,9 @@
 //!   `tigon run` or `make clean-netns` removes it, and nothing a live process owns;
 //! - Ctrl-C at a terminal (SIGINT to the whole process group) stops the job, prints the
 //!   agents' counters (the agents did not get the signal) and exits 130 with no rank left;
-//! - `tigon demo` stopped by SIGTERM or Ctrl-C exits 130 and leaves nothing.
+//! - `tigon demo` stopped by SIGTERM or Ctrl-C exits 130 and leaves nothing;
+//! - `tigon run` whose stderr went away (a closed pipe) or cannot be written (a full disk)
+//!   runs the job, tears down and passes the program's status on.
 //!
 //! Each launcher runs in a process group of its own, as a shell job does. The agents pin
 //! lcores 0 and 1: nextest runs these tests in the `dpdk-pinned` group.
@@ -423,5 +425,43 @@ fn demo_stopped_leaves_nothing() {
         assert!(leftovers(pid).is_empty(), "SIG{sig}: {:#?}", leftovers(pid));
         let left = scratch.entries();
         assert!(left.is_empty(), "SIG{sig}: left in its TMPDIR: {left:?}");
+    }
+}
+
+/// `tigon run --stats` with its stderr a pipe nobody reads any more (`2>&1 | head -0`) or
+/// `/dev/full`: its messages (the layout at the start, the counters at the end) are dropped,
+/// and the job runs, is torn down and its status passed on. Before, the first message killed
+/// it by SIGPIPE (exit 141) before its clean-up, leaving its scratch directory, or panicked
+/// on the full disk before any rank started (exit 101; helper-found).
+#[test]
+fn stderr_gone_or_full_runs_the_job_and_cleans_up() {
+    check_mtl_built();
+    let prog = program("exit_code");
+    for full in [false, true] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let err: Stdio = if full {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full")
+                .into()
+        } else {
+            writer.into()
+        };
+        drop(reader);
+        let child = Command::new(TIGON)
+            .args(["run", "--stats", "-np", "2", "--"])
+            .arg(&prog)
+            .args(["1", "3"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("tigon run");
+        let pid = child.id();
+        let out = child.wait_with_output().expect("waiting");
+        assert_eq!(out.status.code(), Some(3), "full {full}: {:?}", out.status);
+        let left = leftovers(pid);
+        assert!(left.is_empty(), "full {full}: left behind: {left:#?}");
     }
 }
