@@ -365,6 +365,24 @@ fn a_file_named_as_the_socket_is_refused_and_kept() {
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious\n");
     assert!(sub.is_dir());
+    // A symbolic link (dangling, or to a socket): said to be one, and kept (before: "exists
+    // and is not a socket", which misled when it named a live agent's socket).
+    let link = dir.join("link.sock");
+    std::os::unix::fs::symlink(dir.join("nowhere.sock"), &link).unwrap();
+    let out = std::process::Command::new(TIGON)
+        .args(["agent", "--port", "net_null0", "--socket"])
+        .arg(&link)
+        .output()
+        .expect("running the agent");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(1) && err.contains("is a symbolic link"),
+        "{err}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok(),
+        "the link was removed"
+    );
 }
 
 /// `--max-clients`: the agent serves that many ranks at once and refuses one more with an

@@ -375,3 +375,41 @@ fn a_socket_path_that_is_no_socket_is_named_so() {
         text(&o)
     );
 }
+
+/// A `--config` that is not one small JSON object of options: refused in one line by the
+/// agent and the doctor alike. Before, a FIFO blocked forever, `/dev/zero` was read until
+/// memory ran out, any size was read whole, and a top-level array got serde's positional
+/// "expected struct AgentArgs with 30 elements" (helper-found).
+#[test]
+fn config_files_that_are_not_one_small_object_are_refused() {
+    let dir = TestDir::new("cli-config");
+    let array = dir.join("array.json");
+    std::fs::write(&array, "[1, 2, 3]\n").unwrap();
+    let big = dir.join("big.json");
+    std::fs::write(&big, format!("{{\"port\": \"{}\"}}", "a".repeat(2 << 20))).unwrap();
+    let fifo = dir.join("fifo.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string for the duration of the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    for (file, words) in [
+        (
+            array.to_str().unwrap(),
+            &["one JSON object", "without `--`"][..],
+        ),
+        (
+            big.to_str().unwrap(),
+            &["bytes, more than", "at most 1048576"][..],
+        ),
+        (fifo.to_str().unwrap(), &["not a regular file"][..]),
+        ("/dev/zero", &["not a regular file"][..]),
+    ] {
+        assert_refused(&["agent", "--config", file], words);
+        let o = tigon(&["doctor", "--config", file]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            !o.status.success() && words.iter().all(|w| out.contains(w)),
+            "doctor --config {file}: {}",
+            text(&o)
+        );
+    }
+}

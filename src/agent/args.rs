@@ -167,13 +167,53 @@ impl AgentArgs {
         let Some(path) = self.config.clone() else {
             return Ok(self);
         };
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let f: AgentArgs =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let f = read_config(&path)?;
         self.fill_from(&f);
         Ok(self)
     }
+}
+
+/// The most a configuration file may hold: a few hundred bytes in practice.
+const CONFIG_MAX: u64 = 1 << 20;
+
+/// Reads a `--config` file: a regular file of at most [`CONFIG_MAX`] bytes holding one JSON
+/// object of options. Before, any file was read whole: `/dev/zero` until memory ran out, a
+/// FIFO forever, and a top level that was not an object got serde's positional messages
+/// ("expected struct AgentArgs with 30 elements"; helper-found).
+pub fn read_config(path: &std::path::Path) -> Result<AgentArgs, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    // Opened without blocking: a FIFO with no writer would hold up the open itself.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| at(&e))?;
+    let meta = f.metadata().map_err(|e| at(&e))?;
+    if !meta.is_file() {
+        return Err(at(
+            &"not a regular file: name a JSON file of `tigon agent` options",
+        ));
+    }
+    if meta.len() > CONFIG_MAX {
+        return Err(at(&format!(
+            "{} bytes, more than a configuration file holds (at most {CONFIG_MAX})",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    f.take(CONFIG_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| at(&e))?;
+    let object = serde_json::from_str::<serde_json::Value>(&text).map(|v| v.is_object());
+    if let Ok(false) = object {
+        return Err(at(
+            &"the file must hold one JSON object of `tigon agent` options, keys \
+             as the option names without `--` (e.g. {\"port\": \"0000:3b:00.0\", \"mtu\": 9000})",
+        ));
+    }
+    serde_json::from_str(&text).map_err(|e| at(&e))
 }
 
 impl AgentArgs {

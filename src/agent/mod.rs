@@ -25,7 +25,7 @@ mod serve;
 mod slots;
 mod stats;
 
-pub use args::AgentArgs;
+pub use args::{AgentArgs, read_config};
 use control::{Cmd, Control};
 use engine_loop::ToControl;
 pub use nodes::describe as describe_nodes;
@@ -134,6 +134,15 @@ fn bind(socket: &Path) -> Result<UnixListener, String> {
         // Only a socket is ever removed: a path mistyped into --socket (the config file, a
         // log) is refused, never deleted.
         use std::os::unix::fs::FileTypeExt;
+        if m.file_type().is_symlink() {
+            // Binding through a link is not possible, and the link is not ours to remove.
+            return Err(format!(
+                "{} is a symbolic link: name the socket's own path (the agent makes the socket \
+                 there; a link to a running agent's socket is not needed by clients either, \
+                 which take its path through --mca mtl_tigon_socket or TIGON_SOCKET)",
+                socket.display()
+            ));
+        }
         if !m.file_type().is_socket() {
             return Err(format!(
                 "{} exists and is not a socket: name a path for the agent's socket (a socket a stopped agent left is replaced)",
@@ -145,7 +154,16 @@ fn bind(socket: &Path) -> Result<UnixListener, String> {
         }
         let _ = std::fs::remove_file(socket);
     }
-    let l = UnixListener::bind(socket).map_err(|e| format!("binding {}: {e}", socket.display()))?;
+    let l = UnixListener::bind(socket).map_err(|e| {
+        let fix = match e.raw_os_error() {
+            Some(libc::EROFS | libc::EACCES | libc::EPERM) => {
+                ": put the socket in a directory this agent may write (--socket; /run/tigon is \
+                 the default)"
+            }
+            _ => "",
+        };
+        format!("binding {}: {e}{fix}", socket.display())
+    })?;
     // Anyone may connect: the uid check (SO_PEERCRED against --allow-uid) is what admits or
     // refuses a client, with a message that says why. A socket only its owner could open
     // would refuse every other uid with a bare EACCES, whatever --allow-uid says.

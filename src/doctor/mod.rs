@@ -200,10 +200,7 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
     let mut cfg = AgentArgs::default();
     let mut check = None;
     if let Some(p) = &path {
-        match std::fs::read_to_string(p)
-            .map_err(|e| e.to_string())
-            .and_then(|s| serde_json::from_str::<AgentArgs>(&s).map_err(|e| e.to_string()))
-        {
+        match crate::agent::read_config(p) {
             // The agent's own check of its settings (`tigon agent --config FILE`): a config
             // the agent would refuse is not "ok" here.
             // Several nodes in one agent (an emulation): the agent's check of every node.
@@ -246,7 +243,8 @@ fn target(a: &DoctorArgs) -> (Target, Option<Check>) {
             Err(e) => {
                 check = Some(Check::fail(
                     "config",
-                    format!("{}: {e}", p.display()),
+                    // `read_config` names the file.
+                    e,
                     &cmds![
                         "# the keys are `tigon agent`'s options in kebab-case, e.g. {\"port\": \"0000:3b:00.0\", \"lcore\": 1, \"mtu\": 9000}",
                         "tigon agent --help",
