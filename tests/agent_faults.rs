@@ -353,14 +353,19 @@ fn a_file_named_as_the_socket_is_refused_and_kept() {
     std::fs::write(&file, "precious\n").unwrap();
     let sub = dir.join("a-directory");
     std::fs::create_dir(&sub).unwrap();
-    for path in [&file, &sub] {
+    // The agent's exit status and stderr with `path` as its socket.
+    let agent_on = |path: &std::path::Path| {
         let out = std::process::Command::new(TIGON)
             .args(["agent", "--port", "net_null0", "--socket"])
             .arg(path)
             .output()
             .expect("running the agent");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    for path in [&file, &sub] {
+        let (code, err) = agent_on(path);
+        assert_eq!(code, Some(1), "{err}");
         assert!(err.contains("exists and is not a socket"), "{err}");
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious\n");
@@ -369,14 +374,9 @@ fn a_file_named_as_the_socket_is_refused_and_kept() {
     // and is not a socket", which misled when it named a live agent's socket).
     let link = dir.join("link.sock");
     std::os::unix::fs::symlink(dir.join("nowhere.sock"), &link).unwrap();
-    let out = std::process::Command::new(TIGON)
-        .args(["agent", "--port", "net_null0", "--socket"])
-        .arg(&link)
-        .output()
-        .expect("running the agent");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = agent_on(&link);
     assert!(
-        out.status.code() == Some(1) && err.contains("is a symbolic link"),
+        code == Some(1) && err.contains("is a symbolic link"),
         "{err}"
     );
     assert!(

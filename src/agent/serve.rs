@@ -63,7 +63,6 @@ pub struct ServeStats {
 }
 
 /// Every client of the agent.
-#[derive(Default)]
 pub struct Served {
     clients: Vec<Option<Client>>,
     by_req: FastMap<ReqId, (u32, u32)>,
@@ -88,9 +87,14 @@ fn invalid(why: &str) -> String {
 impl Served {
     /// No client yet; `max_clients` served at once.
     pub fn new(max_clients: usize) -> Served {
+        // No `Default`: a limit of 0 would refuse every client.
         Served {
+            clients: Vec::new(),
+            by_req: FastMap::default(),
+            next_generation: 0,
+            stats: ServeStats::default(),
+            evicted: Vec::new(),
             max_clients,
-            ..Served::default()
         }
     }
 
