@@ -63,6 +63,10 @@ pub(crate) struct Inner {
     pub(crate) ready: VecDeque<Notified>,
     /// The node's receive memory, mapped read-only: payloads of frames the agent lends.
     pub(crate) rx: Option<ReadOnlyRegion>,
+    /// The agent lends this client fragments of large messages (`--lend-large`) and it
+    /// can read them: only then is the lent ring polled (twice a progress call otherwise,
+    /// for nothing).
+    takes_fragments: bool,
 }
 
 /// How long a request may wait for a free descriptor while none of the requests in flight
@@ -79,6 +83,7 @@ impl Inner {
         rx: Option<ReadOnlyRegion>,
     ) -> Inner {
         let geo = ch.geo;
+        let takes_fragments = rx.is_some() && ch.lends_fragments();
         Inner {
             free_desc: (0..geo.n_desc).rev().collect(),
             free_data: (0..geo.n_data).rev().collect(),
@@ -98,6 +103,7 @@ impl Inner {
             last_check: Instant::now(),
             empty_calls: 0,
             ready: VecDeque::new(),
+            takes_fragments,
             rx,
         }
     }
@@ -307,6 +313,9 @@ impl Inner {
     /// `tigon_engine::channel::Fragment`) into their receive buffers and gives the frames
     /// back, in batches; returns how many.
     fn take_fragments(&mut self) -> usize {
+        if !self.takes_fragments {
+            return 0;
+        }
         let Inner { ch, rx, slots, .. } = self;
         let Some(rx) = rx.as_ref() else {
             return 0;
