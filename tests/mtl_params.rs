@@ -57,6 +57,12 @@ fn nap_after_below_minus_one_or_not_a_number() {
 }
 
 #[test]
+fn spin_after_send_negative_or_past_its_range() {
+    refused("spin_after_send_ns", "-1", "0 to 100000");
+    refused("spin_after_send_ns", "200000", "0 to 100000");
+}
+
+#[test]
 fn priority_verbose_channel_threshold_out_of_range() {
     refused("priority", "500", "0 to 100");
     refused("verbose", "loud", "0 to 100");
@@ -65,7 +71,11 @@ fn priority_verbose_channel_threshold_out_of_range() {
 
 #[test]
 fn values_in_range_run() {
-    for (name, value) in [("finalize_timeout_ms", "0"), ("nap_after_us", "-1")] {
+    for (name, value) in [
+        ("finalize_timeout_ms", "0"),
+        ("nap_after_us", "-1"),
+        ("spin_after_send_ns", "0"),
+    ] {
         let (ok, text) = job_with(name, value);
         assert!(
             ok && text.contains("OK p2p_basic"),

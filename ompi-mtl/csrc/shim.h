@@ -34,6 +34,8 @@ struct tigon_params {
     /* Waiting: nap after this many microseconds without a completion instead of yielding
        (when Open MPI would yield); -1: leave Open MPI's sched_yield. */
     const char *nap_after_us;
+    /* Yielding waits: poll this many nanoseconds after a send to this host before yielding. */
+    const char *spin_after_send_ns;
 };
 
 /* Registers the component's MCA variables; returns an OMPI status. */
@@ -69,6 +71,8 @@ void tigon_proc_set_endpoint(struct ompi_proc_t *proc, void *endpoint);
 /* "[[jobid,vpid],host]"-style name for messages (static buffer of Open MPI's). */
 const char *tigon_proc_name(const struct ompi_proc_t *proc);
 const char *tigon_proc_host(const struct ompi_proc_t *proc);
+/* 1 when the process runs on this host (Open MPI's locality), else 0. */
+int tigon_proc_on_this_host(const struct ompi_proc_t *proc);
 
 /* Datatypes through the convertor (ompi_mtl_datatype_*). */
 int tigon_pack(struct opal_convertor_t *conv, void **buf, size_t *len, bool *free_after);

@@ -177,6 +177,7 @@ unsafe extern "C" fn component_init(
     // SAFETY: plain call into the shim (reads Open MPI's yield setting).
     let yielding = unsafe { ffi::tigon_yield_when_idle() };
     tigon_client::set_wait_policy(yielding, params().nap_after);
+    request::set_spin_after_send(params().spin_after_send, yielding);
     if let Some(after) = params().nap_after {
         request::nap_when_idle(after, yielding);
     }

@@ -61,15 +61,21 @@ fn node_index(d: Dest) -> Result<u32, String> {
     Ok(i as u32)
 }
 
+/// Set in a slot's word when the process runs on this host (Open MPI's locality): it may
+/// share this process's CPU, and wait on it for what this process sends (see
+/// `request::spin_after_send`).
+const ON_HOST: usize = 1 << 62;
+
 /// An address as the word kept in a process's endpoint slot: 1 + its node's index in
-/// `NODES`, then the endpoint id (never 0).
-fn pack(d: Dest) -> Result<usize, String> {
-    Ok(((node_index(d)? as usize + 1) << 16) | d.addr.ep as usize)
+/// `NODES`, then the endpoint id (never 0); [`ON_HOST`] for a process on this host.
+fn pack(d: Dest, on_host: bool) -> Result<usize, String> {
+    let host = if on_host { ON_HOST } else { 0 };
+    Ok(((node_index(d)? as usize + 1) << 16) | d.addr.ep as usize | host)
 }
 
 /// The address a slot's word names (None: not a word `pack` made).
 fn unpack(w: usize) -> Option<Dest> {
-    let i = (w >> 16).checked_sub(1)?;
+    let i = ((w & !ON_HOST) >> 16).checked_sub(1)?;
     let &(mac, incarnation) = NODES.get(i / SEG)?.get()?.get(i % SEG)?.get()?;
     Some(Dest {
         addr: EndpointAddr::new(mac, w as u16),
@@ -88,6 +94,8 @@ pub(crate) trait Procs {
     fn modex(&self, p: Self::P) -> Result<String, String>;
     /// "name on host", for messages.
     fn name(&self, p: Self::P) -> String;
+    /// Whether the process runs on this host.
+    fn on_this_host(&self, p: Self::P) -> bool;
 }
 
 /// Open MPI's processes.
@@ -128,6 +136,10 @@ impl Procs for Ompi {
         let (name, host) = unsafe { (ffi::tigon_proc_name(p), ffi::tigon_proc_host(p)) };
         format!("{} on {}", c_str(name), c_str(host))
     }
+    fn on_this_host(&self, p: Self::P) -> bool {
+        // SAFETY: `p` is a live ompi_proc_t; the shim reads its locality flags.
+        unsafe { ffi::tigon_proc_on_this_host(p) != 0 }
+    }
 }
 
 /// Serialises lazy additions (two threads may meet the same new peer).
@@ -160,7 +172,7 @@ pub(crate) fn add_procs_in<T: Procs>(t: &T, procs: &[T::P]) -> c_int {
         if t.slot(p) != 0 {
             continue;
         }
-        match lookup(t, p).and_then(pack) {
+        match lookup(t, p).and_then(|d| pack(d, t.on_this_host(p))) {
             Ok(w) => t.set_slot(p, w),
             Err(why) => {
                 let name = t.name(p);
@@ -198,8 +210,8 @@ pub fn del_procs(procs: &[*mut ompi_proc_t]) -> c_int {
 }
 
 /// The address of `rank` in `comm` (its remote group for intercommunicators), with its
-/// node's incarnation.
-pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<Dest, c_int> {
+/// node's incarnation, and whether that process runs on this host.
+pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<(Dest, bool), c_int> {
     // SAFETY: `comm` is a live communicator and `rank` was validated by the MPI layer.
     let p = unsafe { ffi::tigon_comm_peer(comm, rank) };
     if p.is_null() {
@@ -213,7 +225,8 @@ pub fn peer(comm: *mut ompi_communicator_t, rank: c_int) -> Result<Dest, c_int> 
         }
         w = Ompi.slot(p);
     }
-    unpack(w).ok_or(ffi::OMPI_ERR_UNREACH)
+    let d = unpack(w).ok_or(ffi::OMPI_ERR_UNREACH)?;
+    Ok((d, w & ON_HOST != 0))
 }
 
 #[cfg(test)]
@@ -276,6 +289,9 @@ mod tests {
         fn name(&self, p: usize) -> String {
             format!("rank {p}")
         }
+        fn on_this_host(&self, p: usize) -> bool {
+            p.is_multiple_of(2)
+        }
     }
 
     #[test]
@@ -306,6 +322,11 @@ mod tests {
         );
         for p in [0, 1, 63, 64, 4095, n - 1] {
             assert_eq!(unpack(fake.slot(p)).unwrap().to_string(), addr_text(p));
+            assert_eq!(
+                fake.slot(p) & ON_HOST != 0,
+                p.is_multiple_of(2),
+                "the host flag kept"
+            );
         }
         // Processes already added are not read again.
         assert_eq!(add_procs_in(&fake, &procs), ffi::OMPI_SUCCESS);
@@ -322,17 +343,23 @@ mod tests {
             "00:00:00:00:00:00/0",
         ] {
             let a: Dest = t.parse().unwrap();
-            let w = pack(a).unwrap();
+            let w = pack(a, false).unwrap();
             assert_ne!(w, 0);
             assert_eq!(unpack(w), Some(a));
-            assert_eq!(pack(a).unwrap(), w, "one entry per node incarnation");
+            assert_eq!(pack(a, false).unwrap(), w, "one entry per node incarnation");
+            assert_eq!(pack(a, true).unwrap(), w | ON_HOST);
+            assert_eq!(
+                unpack(w | ON_HOST),
+                Some(a),
+                "the host flag is not the address"
+            );
         }
         // Two incarnations of one node are two entries; a word no pack made names nothing.
         let (a, b): (Dest, Dest) = (
             "0a:1b:2c:3d:4e:5f/3@00000001".parse().unwrap(),
             "0a:1b:2c:3d:4e:5f/3@00000002".parse().unwrap(),
         );
-        assert_ne!(pack(a).unwrap() >> 16, pack(b).unwrap() >> 16);
+        assert_ne!(pack(a, false).unwrap() >> 16, pack(b, false).unwrap() >> 16);
         assert_eq!(unpack(0), None);
         assert_eq!(unpack(usize::MAX), None);
     }

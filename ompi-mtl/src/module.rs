@@ -218,8 +218,8 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     // SAFETY: `req` points to request memory owned by this call until notified (a cancel of
     // the PML request reads its kind).
     unsafe { request::start(req.cast(), State::new(kind, std::ptr::null_mut(), 0, false)) };
-    request::touch();
-    let peer: Dest = endpoint::peer(comm, dest)?;
+    let (peer, on_host): (Dest, bool) = endpoint::peer(comm, dest)?;
+    request::touch_send(on_host);
     let (cid, me) = comm_ids(comm);
     let bits = match_bits(cid, tag);
     let mode = send_mode(mode);

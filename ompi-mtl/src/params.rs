@@ -21,6 +21,9 @@ pub struct Params {
     /// Poll (or yield, with mpi_yield_when_idle) this long without activity before sleeping on
     /// the channel; `None`: never sleep.
     pub nap_after: Option<Duration>,
+    /// Where waits yield: poll this long after a send to a process of this host before
+    /// yielding (see `request::spin_after_send`).
+    pub spin_after_send: Duration,
 }
 
 /// The raw values, as Open MPI's variable system holds them.
@@ -31,6 +34,7 @@ struct Raw<'a> {
     channel_threshold: &'a str,
     finalize_timeout_ms: &'a str,
     nap_after_us: &'a str,
+    spin_after_send_ns: &'a str,
 }
 
 /// A number of MCA parameter `mtl_tigon_NAME` in `lo..=hi`, or the line that says what is
@@ -89,6 +93,14 @@ fn check(r: &Raw) -> (Params, Vec<String>) {
         " µs (-1: never sleep)",
         1000,
     );
+    let spin_ns = num(
+        "spin_after_send_ns",
+        r.spin_after_send_ns,
+        0,
+        100_000,
+        " ns (0: yield at once)",
+        700,
+    );
     let params = Params {
         priority,
         verbose,
@@ -96,6 +108,7 @@ fn check(r: &Raw) -> (Params, Vec<String>) {
         channel_threshold,
         finalize_timeout: Duration::from_millis(finalize_ms as u64),
         nap_after: (nap_us >= 0).then(|| Duration::from_micros(nap_us as u64)),
+        spin_after_send: Duration::from_nanos(spin_ns as u64),
     };
     (params, problems)
 }
@@ -121,7 +134,7 @@ pub fn checked() -> (Params, Vec<String>) {
     // SAFETY: each field is null or a NUL-terminated string owned by Open MPI's variable
     // system (or the shim's static default), alive until the variable is deregistered at
     // component close; the values are copied out below before this function returns.
-    let (priority, verbose, socket, channel, finalize, nap) = unsafe {
+    let (priority, verbose, socket, channel, finalize, nap, spin) = unsafe {
         (
             text(p.priority),
             text(p.verbose),
@@ -129,6 +142,7 @@ pub fn checked() -> (Params, Vec<String>) {
             text(p.channel_threshold),
             text(p.finalize_timeout_ms),
             text(p.nap_after_us),
+            text(p.spin_after_send_ns),
         )
     };
     check(&Raw {
@@ -138,6 +152,7 @@ pub fn checked() -> (Params, Vec<String>) {
         channel_threshold: &channel,
         finalize_timeout_ms: &finalize,
         nap_after_us: &nap,
+        spin_after_send_ns: &spin,
     })
 }
 
@@ -158,6 +173,7 @@ mod tests {
             channel_threshold: "0",
             finalize_timeout_ms: finalize,
             nap_after_us: nap,
+            spin_after_send_ns: "",
         }
     }
 
@@ -168,8 +184,25 @@ mod tests {
         assert_eq!(p.finalize_timeout, Duration::from_secs(30));
         // Ranks poll: sleeping comes only after a long idle (issue 15: >= 1 ms).
         assert_eq!(p.nap_after, Some(Duration::from_millis(1)));
+        // A rank that sent to its host waits the agent's delivery time before it yields.
+        assert_eq!(p.spin_after_send, Duration::from_nanos(700));
         let (p, _) = check(&raw("30000", "20", "0"));
         assert_eq!(p.nap_after, Some(Duration::from_micros(20)));
+        let (p, problems) = check(&Raw {
+            spin_after_send_ns: "0",
+            ..raw("30000", "", "0")
+        });
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(p.spin_after_send, Duration::ZERO);
+        let (p, problems) = check(&Raw {
+            spin_after_send_ns: "-5",
+            ..raw("30000", "", "0")
+        });
+        assert!(
+            problems.len() == 1 && problems[0].contains("mtl_tigon_spin_after_send_ns = \"-5\""),
+            "{problems:?}"
+        );
+        assert_eq!(p.spin_after_send, Duration::from_nanos(700));
         let (p, problems) = check(&raw(" 0 ", "-1", "100"));
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(

@@ -40,6 +40,7 @@ fn ompi_info_documents_the_parameters() {
         "mtl_tigon_verbose",
         "mtl_tigon_finalize_timeout_ms",
         "mtl_tigon_nap_after_us",
+        "mtl_tigon_spin_after_send_ns",
     ] {
         assert!(p.contains(&format!("\"{name}\"")), "{name} missing:\n{p}");
     }
