@@ -436,8 +436,9 @@ fn spin_until(now: u64) -> Option<u64> {
     if spin == 0 {
         return None;
     }
-    let until = SENT_ON_HOST_AT.get().saturating_add(spin);
-    (now < until).then_some(until)
+    let sent = SENT_ON_HOST_AT.get();
+    let until = sent.saturating_add(spin);
+    (sent != 0 && now < until).then_some(until)
 }
 
 /// A progress call that found nothing, shortly after this thread sent to a process of this
@@ -447,8 +448,8 @@ fn spin_until(now: u64) -> Option<u64> {
 /// before the message is there hands the processor to its receiver, which finds nothing and
 /// yields it back — two context switches (~570 ns each on a 2-vCPU VM) per round, about three
 /// switches per one-way message in a ping-pong. Polling 700 ns first took a small message's
-/// one-way time from 3.1 to 2.1 µs between two emulated nodes, and from 2.9 to 1.9 µs
-/// within one (`tigon run`, NetPIPE 1-64 B, ranks on one vCPU).
+/// one-way time from 3.1 to 2.1-2.4 µs between two emulated nodes, and from 2.9 to 2.0-2.2
+/// µs within one (`tigon run`, NetPIPE 1-64 B, ranks on one vCPU).
 #[inline]
 fn spin_after_send(now: u64) -> usize {
     let Some(until) = spin_until(now) else {
@@ -775,6 +776,9 @@ mod tests {
             "a rank on its own core never waits"
         );
         set_spin_after_send(spin, true);
+        SENT_ON_HOST_AT.set(0);
+        assert_eq!(spin_until(100), None, "no send to this host yet");
+        SENT_ON_HOST_AT.set(1_000_000);
         assert_eq!(spin_until(1_000_100), Some(1_000_700));
         assert_eq!(spin_until(1_000_700), None, "the send is old enough");
         // A send elsewhere leaves the last send on this host as it was.
