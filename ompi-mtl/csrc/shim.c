@@ -459,6 +459,12 @@ int tigon_fence(void)
 /* libmpi exports it (ompi/runtime/ompi_mpi_init.c) but the installed headers do not declare it. */
 extern bool ompi_mpi_yield_when_idle;
 
+int tigon_local_ranks(void)
+{
+    /* Set by the runtime's init, before the PML (and so this MTL) is selected. */
+    return opal_process_info.num_local_peers + 1;
+}
+
 bool tigon_yield_when_idle(void)
 {
     /* Read at MTL init: ompi_mpi_init has the MCA value (set when oversubscribed) and applies

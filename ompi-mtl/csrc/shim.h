@@ -111,6 +111,8 @@ void tigon_abort(int code, const char *msg);
 int tigon_fence(void);
 
 /* Whether Open MPI waits by yielding the processor between polls (mpi_yield_when_idle). */
+/* Processes of this job on this host, this one included. */
+int tigon_local_ranks(void);
 bool tigon_yield_when_idle(void);
 
 /* Progress. */

@@ -177,16 +177,23 @@ unsafe extern "C" fn component_init(
     // SAFETY: plain call into the shim (reads Open MPI's yield setting).
     let yielding = unsafe { ffi::tigon_yield_when_idle() };
     tigon_client::set_wait_policy(yielding, params().nap_after);
-    request::set_spin_after_send(params().spin_after_send, yielding);
+    // SAFETY: plain call into the shim (reads the runtime's count of local processes).
+    let local = unsafe { ffi::tigon_local_ranks() }.max(1) as usize;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spins = request::spin_after_send_pays(yielding, local, cpus);
+    request::set_spin_after_send(params().spin_after_send, spins);
     if let Some(after) = params().nap_after {
         request::nap_when_idle(after, yielding);
     }
     report::verbose(
         10,
         &format!(
-            "waiting: poll{}, sleep after {:?} idle",
+            "waiting: poll{}, sleep after {:?} idle; {local} ranks on this host, {cpus} CPUs \
+             here: poll {:?} after a send to this host{}",
             if yielding { " and sched_yield" } else { "" },
-            params().nap_after
+            params().nap_after,
+            params().spin_after_send,
+            if spins { "" } else { " (off)" }
         ),
     );
     module::module_ptr()
