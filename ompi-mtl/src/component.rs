@@ -6,7 +6,7 @@ use crate::ffi::{
 };
 use crate::params::{checked, params};
 use crate::state::{self, Mtl, mtl};
-use crate::{module, report, request};
+use crate::{module, report, request, wait};
 use std::ffi::CString;
 use std::os::raw::c_int;
 use std::ptr;
@@ -180,10 +180,10 @@ unsafe extern "C" fn component_init(
     // SAFETY: plain call into the shim (reads the runtime's count of local processes).
     let local = unsafe { ffi::tigon_local_ranks() }.max(1) as usize;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let spins = request::spin_after_send_pays(yielding, local, cpus);
-    request::set_spin_after_send(params().spin_after_send, spins);
+    let spins = wait::spin_after_send_pays(yielding, local, cpus);
+    wait::set_spin_after_send(params().spin_after_send, spins);
     if let Some(after) = params().nap_after {
-        request::nap_when_idle(after, yielding);
+        wait::nap_when_idle(after, yielding);
     }
     report::verbose(
         10,

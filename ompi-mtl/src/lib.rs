@@ -26,6 +26,7 @@ mod params;
 mod report;
 mod request;
 mod state;
+mod wait;
 
 pub use component::mca_mtl_tigon_component;
 pub use request::Request;

@@ -13,7 +13,7 @@ use crate::params::params;
 use crate::report::trace;
 use crate::request::{self, Kind, Request, State};
 use crate::state::{self, Mtl, mtl};
-use crate::{endpoint, message, report};
+use crate::{endpoint, message, report, wait};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -219,7 +219,7 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     // the PML request reads its kind).
     unsafe { request::start(req.cast(), State::new(kind, std::ptr::null_mut(), 0, false)) };
     let (peer, on_host): (Dest, bool) = endpoint::peer(comm, dest)?;
-    request::touch_send(on_host);
+    wait::touch_send(on_host);
     let (cid, me) = comm_ids(comm);
     let bits = match_bits(cid, tag);
     let mode = send_mode(mode);
@@ -245,7 +245,7 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     }
     // Counted until its completion (or failure to start): a wait on it may sleep.
     let bulk = if small { 0 } else { data.len };
-    request::bulk_started(bulk);
+    wait::bulk_started(bulk);
     let r = if small {
         let r = m.client.isend(peer, bits, me, data.bytes(), mode);
         data.free();
@@ -270,7 +270,7 @@ fn start_send(m: &Mtl, call: SendCall, req: *mut Request, kind: Kind) -> Result<
     match r {
         Ok(()) => Ok(Started::Notified),
         Err(e) => {
-            request::bulk_over(bulk);
+            wait::bulk_over(bulk);
             request::failure(m, &e);
             Err(ffi::OMPI_ERR_UNREACH)
         }
@@ -393,7 +393,7 @@ fn post_recv(
         Ok(b) => b,
         Err(rc) => return rc,
     };
-    request::touch();
+    wait::touch();
     let mut st = State::new(Kind::Recv, buf, len, free_after);
     st.convertor = conv;
     // SAFETY: the PML hands us its request for this receive; nothing else refers to it yet.
@@ -424,7 +424,7 @@ fn post_recv(
     // its buffer) must not get its buffer written later.
     let mut now = false;
     // Counted until its completion (or failure to start): a wait on it may sleep.
-    request::bulk_started(len);
+    wait::bulk_started(len);
     let posted = match target {
         // A payload that comes through a channel buffer is copied from there straight into
         // `buf` when the receive completes (request.rs): one copy on this core.
@@ -455,7 +455,7 @@ fn post_recv(
     match r {
         Ok(()) => ffi::OMPI_SUCCESS,
         Err(e) => {
-            request::bulk_over(len);
+            wait::bulk_over(len);
             // SAFETY: as above; nothing will complete this request.
             unsafe {
                 (*req)
