@@ -98,9 +98,10 @@ int tigon_register_params(void)
             "0 to 1000000; -1: never sleep",
             OPAL_INFO_LVL_5, &params.nap_after_us);
     reg_num("spin_after_send_ns",
-            "Where ranks yield the processor while they wait (mpi_yield_when_idle), a rank that "
-            "sent a message to a process of this host polls this many nanoseconds after the send "
-            "before it yields: the agent's time to deliver it. Yielding sooner hands the "
+            "Where ranks yield the processor while they wait (mpi_yield_when_idle) and at most "
+            "two ranks share a processor, a rank that sent a message to a process of this host "
+            "polls this many nanoseconds after the send before it yields: the agent's time to "
+            "deliver it. Yielding sooner hands the "
             "processor to a receiver whose message is not there yet, which yields it back (two "
             "context switches, ~1.1 us on a 2-vCPU VM, for nothing), 0 to 100000 (0: yield at "
             "once)",

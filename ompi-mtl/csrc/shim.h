@@ -110,9 +110,9 @@ void tigon_abort(int code, const char *msg);
 /* A PMIx fence over every process of the job (no MPI traffic; does not call opal_progress). */
 int tigon_fence(void);
 
-/* Whether Open MPI waits by yielding the processor between polls (mpi_yield_when_idle). */
 /* Processes of this job on this host, this one included. */
 int tigon_local_ranks(void);
+/* Whether Open MPI waits by yielding the processor between polls (mpi_yield_when_idle). */
 bool tigon_yield_when_idle(void);
 
 /* Progress. */
