@@ -1,6 +1,6 @@
 //! A rank's attachment to its node agent: the operations callers post, and waiting for them.
 
-use crate::desc::{recv_desc, send_desc};
+use crate::desc::{direct, recv_desc, send_desc};
 use crate::error::{Error, Result, io_err};
 use crate::ops::{Done, Notified, RecvInto, Req, Status};
 use crate::pending::{Inner, Pending};
@@ -209,17 +209,9 @@ impl Client {
                 d.len = cap;
                 (Some(di), None, None)
             }
-            RecvInto::Vec(mut v) => {
-                d.flags |= channel::FLAG_DIRECT;
-                d.addr = v.as_mut_ptr() as u64;
-                d.len = v.len() as u64;
-                (None, Some(v), None)
-            }
-            RecvInto::Raw(b) => {
-                d.flags |= channel::FLAG_DIRECT;
-                d.addr = b.addr();
-                d.len = b.len() as u64;
-                (None, None, Some(b))
+            into => {
+                let (keep, raw) = direct(&mut d, into);
+                (None, keep, raw)
             }
         };
         g.submit(
@@ -366,18 +358,7 @@ impl Client {
                     message: "the fallback of a channel receive cannot be the channel".into(),
                 });
             }
-            RecvInto::Vec(mut v) => {
-                d.flags |= channel::FLAG_DIRECT;
-                d.addr = v.as_mut_ptr() as u64;
-                d.len = v.len() as u64;
-                (Some(v), None)
-            }
-            RecvInto::Raw(b) => {
-                d.flags |= channel::FLAG_DIRECT;
-                d.addr = b.addr();
-                d.len = b.len() as u64;
-                (None, Some(b))
-            }
+            into => direct(&mut d, into),
         };
         let r = g.submit(
             d,
@@ -409,17 +390,9 @@ impl Client {
                 d.len = cap.min(self.data_size);
                 (Some(di), None, None)
             }
-            RecvInto::Vec(mut v) => {
-                d.flags |= channel::FLAG_DIRECT;
-                d.addr = v.as_mut_ptr() as u64;
-                d.len = v.len() as u64;
-                (None, Some(v), None)
-            }
-            RecvInto::Raw(b) => {
-                d.flags |= channel::FLAG_DIRECT;
-                d.addr = b.addr();
-                d.len = b.len() as u64;
-                (None, None, Some(b))
+            into => {
+                let (keep, raw) = direct(&mut d, into);
+                (None, keep, raw)
             }
         };
         g.submit(

@@ -1,7 +1,9 @@
 //! The descriptors the client writes: a request as the agent's channel lays it out.
 
+use crate::ops::RecvInto;
 use tigon_engine::channel::{self, Desc, NO_DATA, Op};
 use tigon_engine::{Dest, MatchSpec, SendMode};
+use tigon_shm::RecvBuf;
 
 /// A receive descriptor for `spec` (no buffer yet).
 pub(crate) fn recv_desc(spec: MatchSpec) -> Desc {
@@ -17,6 +19,22 @@ pub(crate) fn recv_desc(spec: MatchSpec) -> Desc {
         None => d.flags |= channel::FLAG_ANY_SOURCE,
     }
     d
+}
+
+/// A receive written straight into memory of this process (`RecvInto::Vec` or `Raw`):
+/// names it in `d` and returns what the pending receive keeps of it (the Vec, or the raw
+/// buffer). Callers handle `RecvInto::Channel` (a data buffer) themselves; given one, this
+/// names nothing and keeps nothing.
+pub(crate) fn direct(d: &mut Desc, into: RecvInto) -> (Option<Vec<u8>>, Option<RecvBuf>) {
+    let (addr, len, kept) = match into {
+        RecvInto::Channel(_) => return (None, None),
+        RecvInto::Vec(mut v) => (v.as_mut_ptr() as u64, v.len(), (Some(v), None)),
+        RecvInto::Raw(b) => (b.addr(), b.len(), (None, Some(b))),
+    };
+    d.flags |= channel::FLAG_DIRECT;
+    d.addr = addr;
+    d.len = len as u64;
+    kept
 }
 
 #[allow(clippy::too_many_arguments)]
