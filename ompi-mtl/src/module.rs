@@ -495,6 +495,28 @@ unsafe extern "C" fn irecv(
     )
 }
 
+/// Fills a probe's `status` for the message `s` found (source, tag, length); nothing for
+/// MPI_STATUS_IGNORE (null).
+///
+/// # Safety
+/// `status` is null or a valid status from Open MPI.
+unsafe fn probe_status(status: *mut ompi_status_public_t, s: &tigon_client::Status) {
+    if status.is_null() {
+        return;
+    }
+    let tag = split_bits(s.match_bits).1;
+    // SAFETY: non-null, valid per this function's contract.
+    unsafe {
+        ffi::tigon_status_set(
+            status,
+            s.source as c_int,
+            tag,
+            ffi::MPI_SUCCESS as c_int,
+            s.len as usize,
+        )
+    };
+}
+
 unsafe extern "C" fn iprobe(
     _mtl: *mut mca_mtl_base_module_t,
     comm: *mut ompi_communicator_t,
@@ -514,17 +536,8 @@ unsafe extern "C" fn iprobe(
             // status.
             unsafe {
                 *flag = found.is_some() as c_int;
-                if let Some(s) = &found
-                    && !status.is_null()
-                {
-                    let tag = split_bits(s.match_bits).1;
-                    ffi::tigon_status_set(
-                        status,
-                        s.source as c_int,
-                        tag,
-                        ffi::MPI_SUCCESS as c_int,
-                        s.len as usize,
-                    );
+                if let Some(s) = &found {
+                    probe_status(status, s);
                 }
             }
             if found.is_none() {
@@ -555,7 +568,6 @@ unsafe extern "C" fn improbe(
     let (cid, _) = comm_ids(comm);
     match m.client.improbe(MatchSpec::mpi(cid, src, tag)) {
         Ok(Some((s, handle))) => {
-            let tag = split_bits(s.match_bits).1;
             let taken = message::Taken {
                 handle,
                 arrived: s.received == s.len,
@@ -567,15 +579,7 @@ unsafe extern "C" fn improbe(
             // SAFETY: valid out-pointers from Open MPI (status may be MPI_STATUS_IGNORE).
             unsafe {
                 *matched = 1;
-                if !status.is_null() {
-                    ffi::tigon_status_set(
-                        status,
-                        s.source as c_int,
-                        tag,
-                        ffi::MPI_SUCCESS as c_int,
-                        s.len as usize,
-                    );
-                }
+                probe_status(status, &s);
             }
             ffi::OMPI_SUCCESS
         }
