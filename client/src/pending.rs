@@ -214,7 +214,12 @@ impl Inner {
                     .and_then(|off| self.ch.region.read(off, &mut dst[..n]))
                     .map_err(io_err)
             }
-            _ => Ok(()),
+            // The agent lends frames only to clients that map its receive memory.
+            (Some(_), Some(_), None) => Err(Error::Failed {
+                status: status::INVALID,
+                message: "the agent lent a received frame to a process that cannot read it".into(),
+            }),
+            (None, ..) => Ok(()),
         };
         self.free_data.push(di);
         if let Some((id, _)) = lease.rx {

@@ -280,9 +280,16 @@ fn recv_outcome(
             } else {
                 None
             };
-            // Also when it is not live: the channel buffer goes back either way.
-            let count = m.client.take_lease(&lease, dst).unwrap_or(0);
-            received(&status, count)
+            // Also when it is not live: the channel buffer goes back either way. A payload
+            // that cannot be read where the agent says it is fails the receive: a count of 0
+            // with success would hand the program a buffer it never got.
+            match m.client.take_lease(&lease, dst) {
+                Ok(count) => received(&status, count),
+                Err(e) => {
+                    let (source, tag, _, _, _) = received(&status, 0);
+                    (source, tag, failure(m, &e), 0, false)
+                }
+            }
         }
         Ok(other) => {
             report::always(&format!(
