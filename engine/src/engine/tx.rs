@@ -11,9 +11,12 @@ use crate::link::Link;
 use crate::wire::{self, ConnectRepr, Frame, Kind, MacAddr, Repr};
 
 /// Payloads at least this long are sent in place (a frame that points at the sender's
-/// buffer) where the link can: below a cache line, copying the bytes costs less than the
-/// second mbuf that would point at them.
-pub const TX_IN_PLACE_MIN: usize = 64;
+/// buffer) where the link can: every non-empty one, so that no payload byte is copied by
+/// the engine on its way out (two CPU copies in all: the sender's into its channel, the
+/// receiver's out of the frame). The second mbuf costs nothing measurable below a cache
+/// line either (NetPIPE 1-48 B over `tigon run`, 12 interleaved pairs: 2.53 against 2.55 us
+/// one-way when such payloads were copied; 8 B streamed: 0.66-0.71 against 0.39-0.67 M/s).
+pub const TX_IN_PLACE_MIN: usize = 1;
 
 /// A rendezvous frame in the burst whose payload is still to be read: the frames of one
 /// message are read together just before the burst goes (`read_payloads`), one call for
