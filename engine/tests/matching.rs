@@ -600,3 +600,28 @@ fn an_mprobed_eager_sized_message_without_credit_has_arrived() {
     let sent = wait_all(&mut w, 0, &[first, second]);
     assert!(sent.iter().all(|c| c.result.is_ok()), "{sent:?}");
 }
+
+/// The count of operations in flight (the agent asks for it on every pass of its loop)
+/// follows the requests as they start and end, whatever the size the request slab grew to.
+#[test]
+fn pending_ops_counts_the_requests_in_flight() {
+    let mut w = world();
+    let (_, b) = open(&mut w);
+    let recvs: Vec<ReqId> = (0..200).map(|t| recv(&mut w, 1, 5, t, 16).0).collect();
+    assert_eq!(w.nodes[1].eng.pending_ops(), 200);
+    let sends: Vec<ReqId> = (0..150)
+        .map(|t| send(&mut w, 0, b, 5, t, vec![t as u8; 8], SendMode::Standard))
+        .collect();
+    assert_eq!(w.nodes[0].eng.pending_ops(), 150);
+    wait_all(&mut w, 1, &recvs[..150]);
+    wait_all(&mut w, 0, &sends);
+    assert_eq!(
+        w.nodes[1].eng.pending_ops(),
+        50,
+        "the receives with no message"
+    );
+    assert_eq!(w.nodes[0].eng.pending_ops(), 0, "every send acknowledged");
+    // A freed slot taken again counts once.
+    recv(&mut w, 1, 5, 999, 16);
+    assert_eq!(w.nodes[1].eng.pending_ops(), 51);
+}

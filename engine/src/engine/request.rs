@@ -251,8 +251,16 @@ impl Requests {
         }
     }
 
-    /// Requests still pending.
+    /// Requests still pending: every slot but those on the free list (each way a slot
+    /// empties puts it there). Counted, not scanned: the agent asks on every pass of its
+    /// loop, and the slab keeps the size of the most requests ever in flight (a scan of it
+    /// after a stream of 100,000 unexpected messages took the loop ~10 us a pass, and a
+    /// ping-pong's one-way from 2 to 17 us).
     pub(super) fn live(&self) -> usize {
-        self.slots.iter().filter(|(_, r)| r.is_some()).count()
+        debug_assert_eq!(
+            self.slots.len() - self.free.len(),
+            self.slots.iter().filter(|(_, r)| r.is_some()).count()
+        );
+        self.slots.len() - self.free.len()
     }
 }
