@@ -216,8 +216,7 @@ fn exchange(faults: Faults, cfg: Config, sizes: &[usize]) -> (Eng, Eng, PlacingP
 
 const SIZES: [usize; 9] = [1, 63, 64, 200, 255, 256, 1000, 1400, 20_000];
 
-/// Bytes of `sizes` a node sends to another node in place: every non-empty payload
-/// (`TX_IN_PLACE_MIN`).
+/// Bytes of `sizes` a node sends to another node in place: every non-empty payload.
 fn placeable(sizes: &[usize]) -> u64 {
     sizes.iter().filter(|&&n| n > 0).map(|&n| n as u64).sum()
 }
