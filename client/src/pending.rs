@@ -166,7 +166,7 @@ impl Inner {
         if d.op != Op::Cancel as u8 {
             d.user = generation as u64;
         }
-        self.ch.write_desc(idx, &d).map_err(io_err)?;
+        self.ch.write_request(idx, &d).map_err(io_err)?;
         // A ring has a slot per descriptor: it cannot be full while we hold a free descriptor.
         match self.ch.requests.push(idx) {
             Ok(true) => {
@@ -391,7 +391,7 @@ impl Inner {
             .ok_or("completion index out of range")?;
         if slot.what.is_none()
             || slot.done.is_some()
-            || (d.op != Op::Cancel as u8 && d.user != slot.generation as u64)
+            || (d.op != Op::Cancel as u8 && d.echo != slot.generation as u64)
         {
             return Err(format!(
                 "the agent completed descriptor {idx}, which was not pending"

@@ -8,10 +8,15 @@ use crate::wire::MacAddr;
 /// completion's (256 bytes until channel version 7, half of them reserved: a channel holds
 /// 16,384 descriptors by default, 2 MiB at this size).
 pub const DESC_LEN: usize = 128;
-/// The bytes of a descriptor that hold fields: what a client and the engine copy. Two cache
-/// lines: each descriptor crosses between the rank's core and the engine's twice per
-/// operation.
+/// The bytes of a descriptor that hold fields.
 pub const DESC_USED: usize = 128;
+/// The request's line: what the client writes and the engine reads, except the handle of
+/// MRecv and Cancel, read from the other line. The completion's fields all lie in the other
+/// line (channel version 8), so that each line crosses between the rank's core and the
+/// engine's once per operation, each way one miss: the engine writing into the request's
+/// line took it from the rank's cache, and the rank reading it back missed (two lines
+/// fetched for a completion, two for a request).
+pub const REQUEST_LINE: usize = 64;
 const _: () = assert!(D_LEASE + 16 <= DESC_USED && DESC_USED <= DESC_LEN);
 /// "No data buffer" in [`Desc::data_idx`].
 pub const NO_DATA: u32 = u32::MAX;
@@ -108,17 +113,23 @@ pub struct Desc {
     /// `lease_off` of the agent's receive memory (give it back on the lease ring).
     pub lease: u32,
     pub lease_off: u64,
+    /// The engine's copy of `user` in the completion (a client that scribbled over its
+    /// descriptor meanwhile does not change it).
+    pub echo: u64,
 }
 
-// Byte offsets in a descriptor of the fields the engine writes back (see [`Desc::emit`]).
-pub(super) const D_TRUNCATED: usize = 2;
-pub(super) const D_USER: usize = 8;
+// Byte offsets in a descriptor of the fields the engine writes back (see [`Desc::emit`]),
+// all in the completion's line.
+const D_USER: usize = 8;
 pub(super) const D_HANDLE: usize = 64;
 /// status, info_rank, info_bits, info_len and received, in this order, up to byte 104.
 pub(super) const D_RESULT: usize = 72;
 pub(super) const D_RESULT_LEN: usize = 32;
 /// lease (u32) and, at +8, lease_off (u64).
 pub(super) const D_LEASE: usize = 104;
+pub(super) const D_TRUNCATED: usize = 108;
+pub(super) const D_ECHO: usize = 120;
+const _: () = assert!(D_HANDLE >= REQUEST_LINE && D_ECHO + 8 <= DESC_USED);
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
@@ -153,12 +164,13 @@ impl Desc {
         self.completion().emit_result(result);
         b[D_LEASE..D_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
         b[D_LEASE + 8..D_LEASE + 16].copy_from_slice(&self.lease_off.to_le_bytes());
+        b[D_ECHO..D_ECHO + 8].copy_from_slice(&self.echo.to_le_bytes());
     }
 
     /// The completion fields of this descriptor.
     fn completion(&self) -> Completion {
         Completion {
-            user: self.user,
+            user: self.echo,
             status: self.status,
             info_rank: self.info_rank,
             info_bits: self.info_bits,
@@ -199,6 +211,7 @@ impl Desc {
             received: u64_at(b, D_RESULT + 24),
             lease: u32_at(b, D_LEASE),
             lease_off: u64_at(b, D_LEASE + 8),
+            echo: u64_at(b, D_ECHO),
         }
     }
 }
@@ -268,6 +281,7 @@ mod tests {
             truncated: true,
             lease: u32::MAX,
             lease_off: u64::MAX,
+            echo: u64::MAX,
         };
         let mut b = [0u8; DESC_LEN];
         d.emit(&mut b);

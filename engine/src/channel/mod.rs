@@ -22,12 +22,12 @@ mod request;
 
 pub use desc::{
     Completion, DESC_LEN, DESC_USED, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE,
-    FLAG_SYNC, NO_DATA, Op, status,
+    FLAG_SYNC, NO_DATA, Op, REQUEST_LINE, status,
 };
 pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
-use desc::{D_HANDLE, D_LEASE, D_RESULT, D_RESULT_LEN, D_TRUNCATED, D_USER};
+use desc::{D_ECHO, D_HANDLE, D_LEASE, D_RESULT, D_RESULT_LEN, D_TRUNCATED};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
@@ -41,7 +41,9 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 6: ring slots of 8 bytes that carry their entry's sequence number (`tigon_shm::Ring`).
 /// 7: descriptors of 128 bytes (their used bytes; 256 before), so the 16,384 of a channel
 /// take 2 MiB.
-pub const VERSION: u32 = 7;
+/// 8: the request in a descriptor's first line, the completion (with `Desc::echo` and
+/// `truncated`) in its second: the engine no longer writes the request's line.
+pub const VERSION: u32 = 8;
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -108,6 +110,12 @@ impl Fragment {
             rx_off: u64_at(24),
         }
     }
+}
+
+/// Whether operation `op` names a message or a request by `Desc::handle` (read from the
+/// completion's line).
+fn uses_handle(op: u8) -> bool {
+    op == Op::MRecv as u8 || op == Op::Cancel as u8
 }
 
 /// Agent state as published in the header.
@@ -215,6 +223,20 @@ impl Channel {
         self.region.write(self.desc_offset(idx)?, &b[..DESC_USED])
     }
 
+    /// Client: writes the request `d` into descriptor `idx`: its line, and the handle where
+    /// the operation has one; the completion's line is the engine's to write.
+    pub fn write_request(&self, idx: u32, d: &Desc) -> io::Result<()> {
+        let mut b = [0u8; DESC_LEN];
+        d.emit(&mut b);
+        let at = self.desc_offset(idx)?;
+        self.region.write(at, &b[..REQUEST_LINE])?;
+        if uses_handle(d.op) {
+            self.region
+                .write(at + D_HANDLE, &b[D_HANDLE..D_HANDLE + 8])?;
+        }
+        Ok(())
+    }
+
     fn desc_offset(&self, idx: u32) -> io::Result<usize> {
         if idx >= self.geo.n_desc {
             return Err(io::Error::new(
@@ -233,7 +255,16 @@ impl Channel {
     /// Engine: the request in descriptor `idx`, read once, or why it is not one (a client
     /// that submits such a thing is broken or hostile).
     pub fn read_request(&self, idx: u32) -> Result<Submitted, String> {
-        let d = self.read_desc(idx).map_err(|e| e.to_string())?;
+        let at = self.desc_offset(idx).map_err(|e| e.to_string())?;
+        let mut b = [0u8; DESC_LEN];
+        let r = &self.region;
+        r.read(at, &mut b[..REQUEST_LINE])
+            .map_err(|e| e.to_string())?;
+        if uses_handle(b[0]) {
+            r.read(at + D_HANDLE, &mut b[D_HANDLE..D_HANDLE + 8])
+                .map_err(|e| e.to_string())?;
+        }
+        let d = Desc::parse(&b);
         Ok(Submitted {
             user: d.user,
             request: Request::parse(&d, &self.geo)?,
@@ -244,18 +275,21 @@ impl Channel {
     pub fn write_completion(&self, idx: u32, c: &Completion) -> io::Result<()> {
         let at = self.desc_offset(idx)?;
         let r = &self.region;
-        r.write(at + D_TRUNCATED, &[c.truncated as u8])?;
-        r.write(at + D_USER, &c.user.to_le_bytes())?;
         if let Some(h) = c.handle {
             r.write(at + D_HANDLE, &h.to_le_bytes())?;
         }
-        let mut result = [0u8; D_RESULT_LEN];
-        c.emit_result(&mut result);
-        r.write(at + D_RESULT, &result)?;
-        let mut lease = [0u8; 16];
-        lease[..4].copy_from_slice(&c.lease.to_le_bytes());
-        lease[8..].copy_from_slice(&c.lease_off.to_le_bytes());
-        r.write(at + D_LEASE, &lease)
+        // The rest of the completion's line in one write: result, lease, truncated, echo.
+        let mut b = [0u8; DESC_USED - D_RESULT];
+        let result: &mut [u8; D_RESULT_LEN] = (&mut b[..D_RESULT_LEN]).try_into().expect("result");
+        c.emit_result(result);
+        let put = |b: &mut [u8], off: usize, v: &[u8]| {
+            b[off - D_RESULT..off - D_RESULT + v.len()].copy_from_slice(v)
+        };
+        put(&mut b, D_LEASE, &c.lease.to_le_bytes());
+        put(&mut b, D_TRUNCATED, &[c.truncated as u8]);
+        put(&mut b, D_LEASE + 8, &c.lease_off.to_le_bytes());
+        put(&mut b, D_ECHO, &c.user.to_le_bytes());
+        r.write(at + D_RESULT, &b)
     }
 
     /// Engine: lends the client fragment `f` under lease `id` (its entry written, then the
@@ -468,6 +502,26 @@ mod tests {
         let got = agent.read_request(3).unwrap();
         assert_eq!(got.user, 4);
         assert_eq!(got.request, Request::parse(&recv, &GEO).unwrap());
+        // An MRecv's handle lies in the completion's line: written and read with the request.
+        let mrecv = Desc {
+            op: Op::MRecv as u8,
+            data_idx: 2,
+            user: 5,
+            len: 100,
+            handle: 0xfeed,
+            ..Desc::default()
+        };
+        client.write_request(4, &mrecv).unwrap();
+        assert!(matches!(
+            agent.read_request(4).unwrap().request,
+            Request::MRecv { handle: 0xfeed, .. }
+        ));
+        // A receive's request leaves the completion's line alone.
+        agent
+            .write_completion(4, &Completion::status(status::CANCELLED))
+            .unwrap();
+        client.write_request(4, &recv).unwrap();
+        assert_eq!(client.read_desc(4).unwrap().status, status::CANCELLED);
         assert!(matches!(
             got.request,
             Request::Recv {
@@ -510,7 +564,7 @@ mod tests {
             handle: 77,
             ..Desc::default()
         };
-        client.write_desc(5, &req).unwrap();
+        client.write_request(5, &req).unwrap();
         let done = Completion {
             user: 3,
             status: status::OK,
@@ -537,6 +591,7 @@ mod tests {
                 handle: 0x1234,
                 lease: 7,
                 lease_off: 0x9_0000,
+                echo: 3,
                 ..req
             }
         );
@@ -545,7 +600,11 @@ mod tests {
             .write_completion(5, &Completion::status(status::NO_MATCH))
             .unwrap();
         let d = client.read_desc(5).unwrap();
-        assert_eq!((d.status, d.handle, d.user), (status::NO_MATCH, 0x1234, 0));
+        assert_eq!(
+            (d.status, d.handle, d.user, d.echo),
+            (status::NO_MATCH, 0x1234, 3, 0),
+            "the request's line untouched"
+        );
         assert_eq!((d.lease, d.lease_off), (0, 0), "no lease left from before");
         assert!(agent.write_completion(16, &done).is_err());
     }
