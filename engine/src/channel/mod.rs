@@ -42,7 +42,8 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 7: descriptors of 128 bytes (their used bytes; 256 before), so the 16,384 of a channel
 /// take 2 MiB.
 /// 8: the request in a descriptor's first line, the completion (with `Desc::echo` and
-/// `truncated`) in its second: the engine no longer writes the request's line.
+/// `truncated`) in its second: the engine no longer writes the request's line; the polled
+/// word on a header line of its own.
 pub const VERSION: u32 = 8;
 
 // Header fields.
@@ -66,8 +67,12 @@ const H_CMP_SEQ: usize = 60;
 /// them and of its own staging to receive): the rank's share of `tigon stats`' copies.
 const H_CLIENT_COPIED: usize = 64;
 /// When the client last polled in a wait (`tigon_shm::signals::monotonic_ns`; 0: never): the
-/// engine lends it the fragments of large messages only while this is recent.
-const H_POLLED: usize = 72;
+/// engine lends it the fragments of large messages only while this is recent. A line of its
+/// own: the engine reads it for every fragment it lends, and beside the copy counter (as
+/// until channel version 8) each such read made the rank's next count of a copy, a locked
+/// add, wait for the line to come back (10 % of the ranks' CPU in a 4 KiB ping-pong whose
+/// frames were lent).
+const H_POLLED: usize = 128;
 /// A client that said it polled this recently (see [`Channel::mark_polled`]) is waiting in a
 /// loop (which polls every few µs, or yields to another rank of its core for a while): the
 /// fragments of its large receives may be lent to it. Past this it computes, and the engine
