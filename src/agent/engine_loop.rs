@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tigon_engine::channel::STATE_SHUTDOWN;
 use tigon_engine::{Engine, Link};
 use tigon_pmd::{Eal, MemsegFd, MemsegFdState};
+use tigon_shm::clock::Clock;
 use tigon_shm::wake::EventFd;
 
 /// Client requests taken from one client's ring per loop.
@@ -154,6 +155,15 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
             shared.lcore
         );
     }
+    let clock = Clock::new(Duration::from_millis(5));
+    log::debug!(
+        "engine clock: {}",
+        if clock.uses_tsc() {
+            "the time-stamp counter"
+        } else {
+            "the monotonic clock"
+        }
+    );
     // Serving from here on: the control threads listen and this loop answers them. Under
     // systemd (Type=notify) `systemctl start` returns now.
     notify::tell(&format!(
@@ -161,7 +171,6 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
         shared.socket.display(),
         shared.devargs
     ));
-    let now = Instant::now();
     EngineLoop {
         eal: dp.eal,
         memif_quiet: false,
@@ -174,7 +183,7 @@ pub fn run(nodes: &[NodePlan], controls: Vec<ToControl<'_>>) -> Result<(), Strin
         // The links' own descriptors to sleep on: af_packet's sockets (memif has none DPDK
         // exposes; a sleeping engine then polls it every `--idle-poll-us`).
         wire_fds: tigon_shm::wake::packet_sockets(),
-        t0: now,
+        clock,
         last_iter: 0,
         last_cpu: tigon_shm::signals::thread_cpu_ns(),
         last_cpu_at: 0,
@@ -248,8 +257,9 @@ struct EngineLoop<'a> {
     spin: bool,
     idle: Idle,
     wire_fds: Vec<OwnedFd>,
-    /// The engines' clock starts here.
-    t0: Instant,
+    /// The engines' clock (the time-stamp counter where it serves: read several times a
+    /// pass).
+    clock: Clock,
     /// Clock and thread CPU time at the start of the last iteration.
     last_iter: u64,
     last_cpu: u64,
@@ -301,7 +311,7 @@ impl EngineLoop<'_> {
 
     /// Nanoseconds on the engines' clock.
     fn clock(&self) -> u64 {
-        self.t0.elapsed().as_nanos() as u64
+        self.clock.now_ns()
     }
 
     /// The engines' time now, noting the gap since the last iteration.

@@ -6,6 +6,7 @@
 //!
 //! Every `unsafe` block of the channel lives here, next to the check that makes it sound.
 
+pub mod clock;
 pub mod mem;
 pub mod netns;
 pub mod perf;
