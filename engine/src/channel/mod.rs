@@ -510,11 +510,8 @@ mod tests {
         // An MRecv's handle lies in the completion's line: written and read with the request.
         let mrecv = Desc {
             op: Op::MRecv as u8,
-            data_idx: 2,
-            user: 5,
-            len: 100,
             handle: 0xfeed,
-            ..Desc::default()
+            ..recv
         };
         client.write_request(4, &mrecv).unwrap();
         assert!(matches!(
