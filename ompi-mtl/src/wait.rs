@@ -13,7 +13,7 @@ use std::time::Duration;
 use tigon_shm::clock::Clock;
 
 thread_local! {
-    /// When this thread last called progress and found nothing (ns since `EPOCH`).
+    /// When this thread last called progress and found nothing (`now_ns`).
     static LAST_EMPTY: Cell<u64> = const { Cell::new(0) };
 }
 
@@ -27,7 +27,7 @@ pub(crate) const WAIT_LOOP_GAP_NS: u64 = 5_000;
 static NAP_AFTER_NS: AtomicU64 = AtomicU64::new(0);
 /// Empty progress calls closer than this are one wait loop (see `WAIT_LOOP_GAP_NS`).
 static WAIT_GAP_NS: AtomicU64 = AtomicU64::new(WAIT_LOOP_GAP_NS);
-/// When something last happened (an operation posted or completed), in ns since `EPOCH`.
+/// When something last happened (an operation posted or completed), in `now_ns` time.
 static LAST_ACTIVITY: AtomicU64 = AtomicU64::new(0);
 /// The rank's clock: the time-stamp counter where it serves (a progress call reads the time
 /// once or twice, and a wait makes millions of them: the vDSO's clock was ~6 % of the CPU
@@ -74,7 +74,7 @@ pub fn touch() {
 static SPIN_AFTER_SEND_NS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    /// When this thread last posted a send to a process of this host (ns since `EPOCH`).
+    /// When this thread last posted a send to a process of this host (`now_ns`).
     static SENT_ON_HOST_AT: Cell<u64> = const { Cell::new(0) };
 }
 

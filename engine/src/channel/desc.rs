@@ -13,9 +13,9 @@ pub const DESC_USED: usize = 128;
 /// The request's line: what the client writes and the engine reads, except the handle of
 /// MRecv and Cancel, read from the other line. The completion's fields all lie in the other
 /// line (channel version 8), so that each line crosses between the rank's core and the
-/// engine's once per operation, each way one miss: the engine writing into the request's
-/// line took it from the rank's cache, and the rank reading it back missed (two lines
-/// fetched for a completion, two for a request).
+/// engine's once each way per operation. (Before, the engine wrote two fields into the
+/// request's line, taking it from the rank's cache: the rank missed on both lines of every
+/// completion, and the engine read both lines of every request.)
 pub const REQUEST_LINE: usize = 64;
 const _: () = assert!(D_LEASE + 16 <= DESC_USED && DESC_USED <= DESC_LEN);
 /// "No data buffer" in [`Desc::data_idx`].
