@@ -124,11 +124,10 @@ const D_USER: usize = 8;
 pub(super) const D_HANDLE: usize = 64;
 /// status, info_rank, info_bits, info_len and received, in this order, up to byte 104.
 pub(super) const D_RESULT: usize = 72;
-pub(super) const D_RESULT_LEN: usize = 32;
 /// lease (u32) and, at +8, lease_off (u64).
-pub(super) const D_LEASE: usize = 104;
-pub(super) const D_TRUNCATED: usize = 108;
-pub(super) const D_ECHO: usize = 120;
+const D_LEASE: usize = 104;
+const D_TRUNCATED: usize = 108;
+const D_ECHO: usize = 120;
 const _: () = assert!(D_HANDLE >= REQUEST_LINE && D_ECHO + 8 <= DESC_USED);
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
@@ -143,7 +142,6 @@ impl Desc {
         b.fill(0);
         b[0] = self.op;
         b[1] = self.flags;
-        b[D_TRUNCATED] = self.truncated as u8;
         b[3] = self.peer.is_some() as u8;
         b[4..8].copy_from_slice(&self.data_idx.to_le_bytes());
         b[D_USER..D_USER + 8].copy_from_slice(&self.user.to_le_bytes());
@@ -158,13 +156,7 @@ impl Desc {
             b[62..64].copy_from_slice(&p.ep.to_le_bytes());
         }
         b[D_HANDLE..D_HANDLE + 8].copy_from_slice(&self.handle.to_le_bytes());
-        let result: &mut [u8; D_RESULT_LEN] = (&mut b[D_RESULT..D_RESULT + D_RESULT_LEN])
-            .try_into()
-            .expect("32");
-        self.completion().emit_result(result);
-        b[D_LEASE..D_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
-        b[D_LEASE + 8..D_LEASE + 16].copy_from_slice(&self.lease_off.to_le_bytes());
-        b[D_ECHO..D_ECHO + 8].copy_from_slice(&self.echo.to_le_bytes());
+        self.completion().emit_line(b);
     }
 
     /// The completion fields of this descriptor.
@@ -243,12 +235,19 @@ impl Completion {
         }
     }
 
-    pub(super) fn emit_result(&self, b: &mut [u8; D_RESULT_LEN]) {
-        b[0..4].copy_from_slice(&self.status.to_le_bytes());
-        b[4..8].copy_from_slice(&self.info_rank.to_le_bytes());
-        b[8..16].copy_from_slice(&self.info_bits.to_le_bytes());
-        b[16..24].copy_from_slice(&self.info_len.to_le_bytes());
-        b[24..32].copy_from_slice(&self.received.to_le_bytes());
+    /// Writes the completion's fields, all but the handle, at their places in descriptor
+    /// bytes `b`: the completion's line from [`D_RESULT`] on.
+    pub(super) fn emit_line(&self, b: &mut [u8; DESC_LEN]) {
+        let r = D_RESULT;
+        b[r..r + 4].copy_from_slice(&self.status.to_le_bytes());
+        b[r + 4..r + 8].copy_from_slice(&self.info_rank.to_le_bytes());
+        b[r + 8..r + 16].copy_from_slice(&self.info_bits.to_le_bytes());
+        b[r + 16..r + 24].copy_from_slice(&self.info_len.to_le_bytes());
+        b[r + 24..r + 32].copy_from_slice(&self.received.to_le_bytes());
+        b[D_LEASE..D_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
+        b[D_TRUNCATED] = self.truncated as u8;
+        b[D_LEASE + 8..D_LEASE + 16].copy_from_slice(&self.lease_off.to_le_bytes());
+        b[D_ECHO..D_ECHO + 8].copy_from_slice(&self.user.to_le_bytes());
     }
 }
 

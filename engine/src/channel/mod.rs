@@ -27,7 +27,7 @@ pub use desc::{
 pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
-use desc::{D_ECHO, D_HANDLE, D_LEASE, D_RESULT, D_RESULT_LEN, D_TRUNCATED};
+use desc::{D_HANDLE, D_RESULT};
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
@@ -284,17 +284,9 @@ impl Channel {
             r.write(at + D_HANDLE, &h.to_le_bytes())?;
         }
         // The rest of the completion's line in one write: result, lease, truncated, echo.
-        let mut b = [0u8; DESC_USED - D_RESULT];
-        let result: &mut [u8; D_RESULT_LEN] = (&mut b[..D_RESULT_LEN]).try_into().expect("result");
-        c.emit_result(result);
-        let put = |b: &mut [u8], off: usize, v: &[u8]| {
-            b[off - D_RESULT..off - D_RESULT + v.len()].copy_from_slice(v)
-        };
-        put(&mut b, D_LEASE, &c.lease.to_le_bytes());
-        put(&mut b, D_TRUNCATED, &[c.truncated as u8]);
-        put(&mut b, D_LEASE + 8, &c.lease_off.to_le_bytes());
-        put(&mut b, D_ECHO, &c.user.to_le_bytes());
-        r.write(at + D_RESULT, &b)
+        let mut b = [0u8; DESC_LEN];
+        c.emit_line(&mut b);
+        r.write(at + D_RESULT, &b[D_RESULT..DESC_USED])
     }
 
     /// Engine: lends the client fragment `f` under lease `id` (its entry written, then the
