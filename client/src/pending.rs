@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-use tigon_engine::channel::{self, Channel, Desc, Op, status};
+use tigon_engine::channel::{self, Channel, Completion, Desc, Op, status};
 use tigon_shm::signals::monotonic_ns;
 use tigon_shm::wake::EventFd;
 use tigon_shm::{ReadOnlyRegion, RecvBuf};
@@ -282,8 +282,8 @@ impl Inner {
         }
         let mut n = self.take_fragments();
         loop {
-            let idx = match self.ch.completions.pop() {
-                Ok(Some(i)) => i,
+            let (idx, c) = match self.ch.take_completion() {
+                Ok(Some(x)) => x,
                 Ok(None) => break,
                 Err(e) => {
                     self.kill(e.to_string());
@@ -293,7 +293,7 @@ impl Inner {
             // Every fragment the agent lent for it went on the lent ring before its index
             // went on this one: copied before it completes.
             n += 1 + self.take_fragments();
-            if let Err(e) = self.complete(idx) {
+            if let Err(e) = self.complete(idx, &c) {
                 self.kill(e);
                 break;
             }
@@ -383,15 +383,14 @@ impl Inner {
         }
     }
 
-    fn complete(&mut self, idx: u32) -> std::result::Result<(), String> {
-        let d = self.ch.read_desc(idx).map_err(|e| e.to_string())?;
+    fn complete(&mut self, idx: u32, d: &Completion) -> std::result::Result<(), String> {
         let slot = self
             .slots
             .get_mut(idx as usize)
             .ok_or("completion index out of range")?;
         if slot.what.is_none()
             || slot.done.is_some()
-            || (d.op != Op::Cancel as u8 && d.echo != slot.generation as u64)
+            || (!matches!(slot.what, Some(Pending::Cancel)) && d.user != slot.generation as u64)
         {
             return Err(format!(
                 "the agent completed descriptor {idx}, which was not pending"
@@ -454,9 +453,14 @@ impl Inner {
                     data: bytes,
                 })
             }
-            (Pending::Probe, status::OK) => Ok(Done::Probed {
-                found: Some((st.clone(), d.handle)),
-            }),
+            (Pending::Probe, status::OK) => {
+                // The handle of the message found: the one field a completion leaves in its
+                // descriptor.
+                let handle = self.ch.read_desc(idx).map_err(|e| e.to_string())?.handle;
+                Ok(Done::Probed {
+                    found: Some((st.clone(), handle)),
+                })
+            }
             (Pending::Probe, status::NO_MATCH) => Ok(Done::Probed { found: None }),
             (Pending::Cancel, s) => Ok(Done::CancelResult {
                 cancelled: s == status::OK,

@@ -15,7 +15,7 @@
 use super::memory::{self, ClientCopy, ClientMem};
 use super::ops::{self, Started};
 use std::sync::Arc;
-use tigon_engine::channel::{Channel, Completion, Request, Submitted, status};
+use tigon_engine::channel::{Channel, Completion, CompletionEntry, Request, Submitted, status};
 use tigon_engine::fasthash::FastMap;
 use tigon_engine::{CopyEngine, EndpointAddr, Engine, Link, ReqId};
 
@@ -34,7 +34,7 @@ struct Client {
     /// Completions written but not on the ring yet: those of one pass go on it together
     /// (the client sees a receive and the synchronous send it matched complete at once), and
     /// wait here while the ring is full (cannot happen with a correct client).
-    outbox: Vec<u32>,
+    outbox: Vec<CompletionEntry>,
     /// Completions queued since the client was last woken.
     pushed: bool,
 }
@@ -394,10 +394,10 @@ impl Served {
         if lease != 0 {
             self.stats.leases += 1;
         }
-        if c.ch.write_completion(idx, &done).is_err() {
+        let Ok(entry) = c.ch.write_completion(idx, &done) else {
             return;
-        }
-        c.outbox.push(idx);
+        };
+        c.outbox.push(entry);
     }
 
     /// Puts every client's finished descriptors on its completion ring, each client's all at
@@ -407,7 +407,7 @@ impl Served {
             if c.outbox.is_empty() {
                 continue;
             }
-            let n = c.ch.completions.push_all(&c.outbox).unwrap_or(0);
+            let n = c.ch.publish(&c.outbox).unwrap_or(0);
             if n < c.outbox.len() {
                 self.stats.ring_full += 1;
             }

@@ -3,21 +3,22 @@
 
 use crate::addr::EndpointAddr;
 use crate::wire::MacAddr;
+use tigon_shm::ring::PAYLOAD;
 
-/// A descriptor's size in the channel: its two cache lines, the request's and the
-/// completion's (256 bytes until channel version 7, half of them reserved: a channel holds
-/// 16,384 descriptors by default, 2 MiB at this size).
+/// A descriptor's size in the channel: two cache lines, the request's and the handle's
+/// (256 bytes until channel version 7, half of them reserved: a channel holds 16,384
+/// descriptors by default, 2 MiB at this size).
 pub const DESC_LEN: usize = 128;
 /// The bytes of a descriptor that hold fields.
-pub const DESC_USED: usize = 128;
+pub const DESC_USED: usize = D_HANDLE + 8;
 /// The request's line: what the client writes and the engine reads, except the handle of
-/// MRecv and Cancel, read from the other line. The completion's fields all lie in the other
-/// line (channel version 8), so that each line crosses between the rank's core and the
-/// engine's once each way per operation. (Before, the engine wrote two fields into the
-/// request's line, taking it from the rank's cache: the rank missed on both lines of every
-/// completion, and the engine read both lines of every request.)
+/// MRecv and Cancel, read from the other line (which also takes the handle an MProbe found).
+/// The completion is not in the descriptor (channel version 9): it rides in its
+/// completion-ring slot ([`Completion::emit_entry`]), so the rank reads one line per
+/// completion, not the slot and then the line the slot names. (Until version 8 the
+/// completion lay in the descriptor's second line; before that, partly in the request's.)
 pub const REQUEST_LINE: usize = 64;
-const _: () = assert!(D_LEASE + 16 <= DESC_USED && DESC_USED <= DESC_LEN);
+const _: () = assert!(DESC_USED <= DESC_LEN && D_HANDLE >= REQUEST_LINE);
 /// "No data buffer" in [`Desc::data_idx`].
 pub const NO_DATA: u32 = u32::MAX;
 
@@ -99,36 +100,25 @@ pub struct Desc {
     pub peer_incarnation: u32,
     /// Message handle (mprobe → mrecv) or the descriptor index to cancel.
     pub handle: u64,
-    // ---- completion ----
-    pub status: u32,
-    pub info_rank: u32,
-    pub info_bits: u64,
-    /// Length of the message as sent.
-    pub info_len: u64,
-    /// Bytes delivered into the buffer; for an MProbe, bytes of the message already at the
-    /// node (all of them: its MRecv completes without waiting for the network).
-    pub received: u64,
-    pub truncated: bool,
-    /// A receive with [`FLAG_LEASE`]: 0, or 1 + the lease whose frame holds the payload at
-    /// `lease_off` of the agent's receive memory (give it back on the lease ring).
-    pub lease: u32,
-    pub lease_off: u64,
-    /// The engine's copy of `user` in the completion (a client that scribbled over its
-    /// descriptor meanwhile does not change it).
-    pub echo: u64,
 }
 
-// Byte offsets in a descriptor of the fields the engine writes back (see [`Desc::emit`]),
-// all in the completion's line.
 const D_USER: usize = 8;
+/// The handle: of the message an MRecv receives or the request a Cancel names (the client
+/// writes it), or of the message an MProbe found (the engine writes it).
 pub(super) const D_HANDLE: usize = 64;
-/// status, info_rank, info_bits, info_len and received, in this order, up to byte 104.
-pub(super) const D_RESULT: usize = 72;
-/// lease (u32) and, at +8, lease_off (u64).
-const D_LEASE: usize = 104;
-const D_TRUNCATED: usize = 108;
-const D_ECHO: usize = 120;
-const _: () = assert!(D_HANDLE >= REQUEST_LINE && D_ECHO + 8 <= DESC_USED);
+
+// Byte offsets of a completion's fields in its ring slot's payload (`tigon_shm::ring::PAYLOAD`
+// bytes; see [`Completion::emit_entry`]).
+const C_STATUS: usize = 0;
+const C_INFO_RANK: usize = 4;
+const C_INFO_BITS: usize = 8;
+const C_INFO_LEN: usize = 16;
+const C_RECEIVED: usize = 24;
+const C_LEASE: usize = 32;
+const C_TRUNCATED: usize = 36;
+const C_LEASE_OFF: usize = 40;
+const C_USER: usize = 48;
+const _: () = assert!(C_USER + 8 <= PAYLOAD);
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
@@ -156,23 +146,6 @@ impl Desc {
             b[62..64].copy_from_slice(&p.ep.to_le_bytes());
         }
         b[D_HANDLE..D_HANDLE + 8].copy_from_slice(&self.handle.to_le_bytes());
-        self.completion().emit_line(b);
-    }
-
-    /// The completion fields of this descriptor.
-    fn completion(&self) -> Completion {
-        Completion {
-            user: self.echo,
-            status: self.status,
-            info_rank: self.info_rank,
-            info_bits: self.info_bits,
-            info_len: self.info_len,
-            received: self.received,
-            truncated: self.truncated,
-            handle: Some(self.handle),
-            lease: self.lease,
-            lease_off: self.lease_off,
-        }
     }
 
     /// Parses any descriptor's bytes; validity of the fields is the reader's business.
@@ -180,7 +153,6 @@ impl Desc {
         Desc {
             op: b[0],
             flags: b[1],
-            truncated: b[D_TRUNCATED] != 0,
             data_idx: u32_at(b, 4),
             user: u64_at(b, D_USER),
             len: u64_at(b, 16),
@@ -196,20 +168,12 @@ impl Desc {
             }),
             peer_incarnation: u32_at(b, 52),
             handle: u64_at(b, D_HANDLE),
-            status: u32_at(b, D_RESULT),
-            info_rank: u32_at(b, D_RESULT + 4),
-            info_bits: u64_at(b, D_RESULT + 8),
-            info_len: u64_at(b, D_RESULT + 16),
-            received: u64_at(b, D_RESULT + 24),
-            lease: u32_at(b, D_LEASE),
-            lease_off: u64_at(b, D_LEASE + 8),
-            echo: u64_at(b, D_ECHO),
         }
     }
 }
 
-/// What the engine writes back into a request's descriptor; the request's own fields stay as
-/// the client wrote them.
+/// What the engine hands back for a request: in its completion-ring slot, and a probe's
+/// handle in the descriptor (the request's own fields stay as the client wrote them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Completion {
     pub user: u64,
@@ -226,6 +190,10 @@ pub struct Completion {
     pub lease_off: u64,
 }
 
+/// A completion as it goes on the completion ring: its descriptor's index, and its fields
+/// ([`Completion::emit_entry`]).
+pub type CompletionEntry = (u32, [u8; PAYLOAD]);
+
 impl Completion {
     /// A completion with only a status.
     pub fn status(status: u32) -> Completion {
@@ -235,19 +203,36 @@ impl Completion {
         }
     }
 
-    /// Writes the completion's fields, all but the handle, at their places in descriptor
-    /// bytes `b`: the completion's line from [`D_RESULT`] on.
-    pub(super) fn emit_line(&self, b: &mut [u8; DESC_LEN]) {
-        let r = D_RESULT;
-        b[r..r + 4].copy_from_slice(&self.status.to_le_bytes());
-        b[r + 4..r + 8].copy_from_slice(&self.info_rank.to_le_bytes());
-        b[r + 8..r + 16].copy_from_slice(&self.info_bits.to_le_bytes());
-        b[r + 16..r + 24].copy_from_slice(&self.info_len.to_le_bytes());
-        b[r + 24..r + 32].copy_from_slice(&self.received.to_le_bytes());
-        b[D_LEASE..D_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
-        b[D_TRUNCATED] = self.truncated as u8;
-        b[D_LEASE + 8..D_LEASE + 16].copy_from_slice(&self.lease_off.to_le_bytes());
-        b[D_ECHO..D_ECHO + 8].copy_from_slice(&self.user.to_le_bytes());
+    /// The completion's fields but the handle, as they ride in its completion-ring slot.
+    pub fn emit_entry(&self) -> [u8; PAYLOAD] {
+        let mut b = [0u8; PAYLOAD];
+        b[C_STATUS..C_STATUS + 4].copy_from_slice(&self.status.to_le_bytes());
+        b[C_INFO_RANK..C_INFO_RANK + 4].copy_from_slice(&self.info_rank.to_le_bytes());
+        b[C_INFO_BITS..C_INFO_BITS + 8].copy_from_slice(&self.info_bits.to_le_bytes());
+        b[C_INFO_LEN..C_INFO_LEN + 8].copy_from_slice(&self.info_len.to_le_bytes());
+        b[C_RECEIVED..C_RECEIVED + 8].copy_from_slice(&self.received.to_le_bytes());
+        b[C_LEASE..C_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
+        b[C_TRUNCATED] = self.truncated as u8;
+        b[C_LEASE_OFF..C_LEASE_OFF + 8].copy_from_slice(&self.lease_off.to_le_bytes());
+        b[C_USER..C_USER + 8].copy_from_slice(&self.user.to_le_bytes());
+        b
+    }
+
+    /// Parses a completion-ring slot's payload (`handle` is `None`: a probe's is in the
+    /// descriptor); validity of the fields is the reader's business.
+    pub fn parse_entry(b: &[u8; PAYLOAD]) -> Completion {
+        Completion {
+            user: u64_at(b, C_USER),
+            status: u32_at(b, C_STATUS),
+            info_rank: u32_at(b, C_INFO_RANK),
+            info_bits: u64_at(b, C_INFO_BITS),
+            info_len: u64_at(b, C_INFO_LEN),
+            received: u64_at(b, C_RECEIVED),
+            truncated: b[C_TRUNCATED] != 0,
+            handle: None,
+            lease: u32_at(b, C_LEASE),
+            lease_off: u64_at(b, C_LEASE_OFF),
+        }
     }
 }
 
@@ -272,15 +257,6 @@ mod tests {
             peer: Some(EndpointAddr::new(MacAddr([0xff; 6]), u16::MAX)),
             peer_incarnation: u32::MAX,
             handle: u64::MAX,
-            status: u32::MAX,
-            info_rank: u32::MAX,
-            info_bits: u64::MAX,
-            info_len: u64::MAX,
-            received: u64::MAX,
-            truncated: true,
-            lease: u32::MAX,
-            lease_off: u64::MAX,
-            echo: u64::MAX,
         };
         let mut b = [0u8; DESC_LEN];
         d.emit(&mut b);
@@ -288,5 +264,34 @@ mod tests {
         let mut used = [0u8; DESC_LEN];
         used[..DESC_USED].copy_from_slice(&b[..DESC_USED]);
         assert_eq!(Desc::parse(&used), d);
+    }
+
+    /// A completion's fields (but the handle, which is the descriptor's) round-trip through
+    /// its ring slot's payload, none overlapping another.
+    #[test]
+    fn a_completion_fits_its_ring_slot() {
+        let all = Completion {
+            user: u64::MAX - 1,
+            status: u32::MAX - 2,
+            info_rank: u32::MAX - 3,
+            info_bits: u64::MAX - 4,
+            info_len: u64::MAX - 5,
+            received: u64::MAX - 6,
+            truncated: true,
+            handle: None,
+            lease: u32::MAX - 7,
+            lease_off: u64::MAX - 8,
+        };
+        assert_eq!(Completion::parse_entry(&all.emit_entry()), all);
+        let one = Completion {
+            received: 5,
+            ..Completion::default()
+        };
+        assert_eq!(Completion::parse_entry(&one.emit_entry()), one);
+        let with_handle = Completion {
+            handle: Some(9),
+            ..one
+        };
+        assert_eq!(with_handle.emit_entry(), one.emit_entry());
     }
 }

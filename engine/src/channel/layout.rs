@@ -30,7 +30,7 @@ impl Geometry {
     }
     /// The ring of lease ids the client gives back (see [`LEASE_SLOTS`]).
     pub fn lease_ring_off(&self) -> usize {
-        (self.cmp_ring_off() + Ring::bytes(self.n_desc)).next_multiple_of(64)
+        (self.cmp_ring_off() + Ring::bytes_with_payload(self.n_desc)).next_multiple_of(64)
     }
     /// The ring of fragment leases the engine hands the client (lease ids, whose entries
     /// are in the fragment table).

@@ -3,15 +3,15 @@
 //! One region per client, created by the agent and passed to the client as a memfd:
 //!
 //! ```text
-//! [header 4 KiB][request ring][completion ring][lease ring][descriptors: n_desc × 128 B][data: n_data × data_size]
+//! [header 4 KiB][request ring][completion ring][lease ring][lent ring][fragments][descriptors: n_desc × 128 B][data: n_data × data_size]
 //! ```
 //!
 //! Rings carry descriptor indices, never pointers. Descriptors and data buffers belong to the
 //! client, which keeps their free lists in its own memory (nothing to contend on): it fills a
 //! descriptor (and, for small payloads, a data buffer), pushes the index on the request ring;
 //! the engine reads the descriptor once into a [`Request`] (validated, its buffer resolved),
-//! works, writes a [`Completion`] into the same descriptor and pushes the index back on the
-//! completion ring. Each index sits in at
+//! works, and pushes the index back on the completion ring with its [`Completion`] in the
+//! same slot (a line per slot). Each index sits in at
 //! most one ring at a time and rings have a slot per descriptor, so a ring can never overflow.
 //! Large payloads do not pass through data buffers: the engine reads and writes the rank's
 //! own memory (`addr`, with [`FLAG_DIRECT`]), or, while the client polls, lend it the frames
@@ -21,13 +21,13 @@ mod layout;
 mod request;
 
 pub use desc::{
-    Completion, DESC_LEN, DESC_USED, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE,
+    Completion, CompletionEntry, DESC_LEN, DESC_USED, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE,
     FLAG_SYNC, NO_DATA, Op, REQUEST_LINE, status,
 };
 pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
-use desc::{D_HANDLE, D_RESULT};
+use desc::D_HANDLE;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
@@ -44,7 +44,10 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 8: the request in a descriptor's first line, the completion (with `Desc::echo` and
 /// `truncated`) in its second: the engine no longer writes the request's line; the polled
 /// word on a header line of its own.
-pub const VERSION: u32 = 8;
+/// 9: the completion in its completion-ring slot (a line per slot, `Ring::with_payload`),
+/// not in the descriptor: one line crosses to the rank per completion, where the slot and
+/// then the descriptor's line crossed one after the other.
+pub const VERSION: u32 = 9;
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -205,7 +208,7 @@ impl Channel {
     fn rings(region: Arc<Region>, geo: Geometry) -> io::Result<Channel> {
         Ok(Channel {
             requests: Ring::new(region.clone(), geo.req_ring_off(), geo.n_desc)?,
-            completions: Ring::new(region.clone(), geo.cmp_ring_off(), geo.n_desc)?,
+            completions: Ring::with_payload(region.clone(), geo.cmp_ring_off(), geo.n_desc)?,
             leases: Ring::new(region.clone(), geo.lease_ring_off(), LEASE_SLOTS)?,
             lent: Ring::new(region.clone(), geo.lent_ring_off(), LEASE_SLOTS)?,
             region,
@@ -276,17 +279,32 @@ impl Channel {
         })
     }
 
-    /// Engine: writes the result of the request in descriptor `idx`.
-    pub fn write_completion(&self, idx: u32, c: &Completion) -> io::Result<()> {
+    /// Engine: the result of the request in descriptor `idx`, as its completion-ring entry
+    /// ([`Channel::publish`] puts it there); a probe's handle goes into the descriptor now.
+    pub fn write_completion(&self, idx: u32, c: &Completion) -> io::Result<CompletionEntry> {
         let at = self.desc_offset(idx)?;
-        let r = &self.region;
         if let Some(h) = c.handle {
-            r.write(at + D_HANDLE, &h.to_le_bytes())?;
+            self.region.write(at + D_HANDLE, &h.to_le_bytes())?;
         }
-        // The rest of the completion's line in one write: result, lease, truncated, echo.
-        let mut b = [0u8; DESC_LEN];
-        c.emit_line(&mut b);
-        r.write(at + D_RESULT, &b[D_RESULT..DESC_USED])
+        Ok((idx, c.emit_entry()))
+    }
+
+    /// Engine: puts as many of `entries` on the completion ring as fit, in order, at once;
+    /// returns how many.
+    pub fn publish(&self, entries: &[CompletionEntry]) -> Result<usize, tigon_shm::ring::Corrupt> {
+        self.completions.push_all_with(entries)
+    }
+
+    /// Client: the oldest completion, with the index of its descriptor (one line read);
+    /// validity of its fields is the caller's business.
+    pub fn take_completion(
+        &self,
+    ) -> Result<Option<(u32, Completion)>, tigon_shm::ring::Corrupt> {
+        let mut b = [0u8; tigon_shm::ring::PAYLOAD];
+        Ok(self
+            .completions
+            .pop_with(&mut b)?
+            .map(|idx| (idx, Completion::parse_entry(&b))))
     }
 
     /// Engine: lends the client fragment `f` under lease `id` (its entry written, then the
@@ -510,12 +528,12 @@ mod tests {
             agent.read_request(4).unwrap().request,
             Request::MRecv { handle: 0xfeed, .. }
         ));
-        // A receive's request leaves the completion's line alone.
+        // A receive's request leaves a probe's handle alone, and its completion does too.
         agent
             .write_completion(4, &Completion::status(status::CANCELLED))
             .unwrap();
         client.write_request(4, &recv).unwrap();
-        assert_eq!(client.read_desc(4).unwrap().status, status::CANCELLED);
+        assert_eq!(client.read_desc(4).unwrap().handle, 0xfeed);
         assert!(matches!(
             got.request,
             Request::Recv {
@@ -541,8 +559,10 @@ mod tests {
         assert_eq!(agent.read_request(4).unwrap_err(), "unknown operation 42");
     }
 
+    /// A completion reaches the client whole through its ring slot; only a probe's handle
+    /// goes into the descriptor, whose request stays as the client wrote it.
     #[test]
-    fn a_completion_leaves_the_request_fields_alone() {
+    fn a_completion_rides_in_its_ring_slot() {
         let (agent, client) = pair(GEO);
         let req = Desc {
             op: Op::MProbe as u8,
@@ -571,36 +591,37 @@ mod tests {
             lease: 7,
             lease_off: 0x9_0000,
         };
-        agent.write_completion(5, &done).unwrap();
-        let d = client.read_desc(5).unwrap();
+        assert_eq!(client.take_completion(), Ok(None));
+        let e = agent.write_completion(5, &done).unwrap();
+        assert_eq!(client.take_completion(), Ok(None), "written, not yet published");
+        assert_eq!(agent.publish(&[e]), Ok(1));
         assert_eq!(
-            d,
+            client.take_completion(),
+            Ok(Some((5, Completion { handle: None, ..done })))
+        );
+        assert_eq!(
+            client.read_desc(5).unwrap(),
             Desc {
-                status: status::OK,
-                info_rank: 8,
-                info_bits: 0x66,
-                info_len: 4096,
-                received: 64,
-                truncated: true,
                 handle: 0x1234,
-                lease: 7,
-                lease_off: 0x9_0000,
-                echo: 3,
                 ..req
             }
         );
         // Without a handle, the descriptor's stays.
-        agent
+        let e = agent
             .write_completion(5, &Completion::status(status::NO_MATCH))
             .unwrap();
-        let d = client.read_desc(5).unwrap();
-        assert_eq!(
-            (d.status, d.handle, d.user, d.echo),
-            (status::NO_MATCH, 0x1234, 3, 0),
-            "the request's line untouched"
-        );
-        assert_eq!((d.lease, d.lease_off), (0, 0), "no lease left from before");
+        assert_eq!(agent.publish(&[e, e]), Ok(2));
+        let (_, c) = client.take_completion().unwrap().unwrap();
+        assert_eq!((c.status, c.user, c.lease), (status::NO_MATCH, 0, 0));
+        assert!(client.take_completion().unwrap().is_some());
+        assert_eq!(client.read_desc(5).unwrap().handle, 0x1234);
         assert!(agent.write_completion(16, &done).is_err());
+        // The ring has a slot per descriptor: never full for a correct client.
+        let all: Vec<_> = (0..GEO.n_desc)
+            .map(|i| agent.write_completion(i, &done).unwrap())
+            .collect();
+        assert_eq!(agent.publish(&all), Ok(GEO.n_desc as usize));
+        assert_eq!(agent.publish(&all[..1]), Ok(0));
     }
 
     /// A fragment goes from the engine to the client through its table entry and the lent

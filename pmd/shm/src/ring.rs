@@ -1,7 +1,10 @@
-//! A single-producer single-consumer ring of 32-bit indices inside a [`Region`].
+//! A single-producer single-consumer ring of 32-bit indices inside a [`Region`], each with
+//! an optional payload of [`PAYLOAD`] bytes in its slot ([`Ring::with_payload`]).
 //!
 //! Layout at `off`: the producer's count (u32) on its own cache line, the consumer's count on
-//! the next, then `cap` slots of 8 bytes. Counts run freely and wrap; `cap` is a power of two.
+//! the next, then `cap` slots of 8 bytes (a whole line each with a payload: the entry and
+//! what it says cross between the cores as one line, not as a slot and then the record the
+//! slot names). Counts run freely and wrap; `cap` is a power of two.
 //! A slot holds its value and the producer's count just after it was pushed (`seq`, the high
 //! 32 bits), so the consumer learns of an entry from the slot alone: one cache line comes over
 //! from the producer's core per entry, where reading the producer's count first and then the
@@ -21,6 +24,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const LINE: usize = 64;
 const SLOT: usize = 8;
+/// Bytes of payload in a slot of a ring made by [`Ring::with_payload`]: the rest of the slot's
+/// cache line after its entry word.
+pub const PAYLOAD: usize = LINE - SLOT;
 
 /// One end (producer or consumer) of a ring.
 #[derive(Debug)]
@@ -28,6 +34,8 @@ pub struct Ring {
     region: Arc<Region>,
     off: usize,
     cap: u32,
+    /// Bytes per slot: [`SLOT`], or a whole line with a payload.
+    slot_len: usize,
     /// The producer's last look at the consumer's count (this process's memory, not the
     /// region's): while it leaves room, a push reads nothing the consumer writes. Older than
     /// the real count is always safe (less room than there is); a clone starts from it.
@@ -40,6 +48,7 @@ impl Clone for Ring {
             region: self.region.clone(),
             off: self.off,
             cap: self.cap,
+            slot_len: self.slot_len,
             seen_cons: AtomicU32::new(self.seen_cons.load(Ordering::Relaxed)),
         }
     }
@@ -67,20 +76,37 @@ impl Ring {
         2 * LINE + cap as usize * SLOT
     }
 
+    /// Bytes a ring of `cap` slots with payloads occupies.
+    pub fn bytes_with_payload(cap: u32) -> usize {
+        2 * LINE + cap as usize * LINE
+    }
+
     /// A ring at `off` in `region`; both sides must agree on `off` and `cap`. The region's
     /// bytes there must be zero when the ring is first used (a fresh or cleared region).
     pub fn new(region: Arc<Region>, off: usize, cap: u32) -> io::Result<Ring> {
+        Self::make(region, off, cap, SLOT)
+    }
+
+    /// A ring whose entries carry [`PAYLOAD`] bytes each, in their slot's line
+    /// ([`Ring::push_all_with`], [`Ring::pop_with`]); [`Ring::bytes_with_payload`] long.
+    pub fn with_payload(region: Arc<Region>, off: usize, cap: u32) -> io::Result<Ring> {
+        Self::make(region, off, cap, LINE)
+    }
+
+    fn make(region: Arc<Region>, off: usize, cap: u32, slot_len: usize) -> io::Result<Ring> {
         if !cap.is_power_of_two() || !off.is_multiple_of(LINE) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "ring: capacity must be a power of two, offset line-aligned",
             ));
         }
-        region.atomic_u64(off + 2 * LINE + (cap as usize - 1) * SLOT)?; // whole ring in bounds
+        // The whole ring in bounds.
+        region.atomic_u64(off + 2 * LINE + (cap as usize - 1) * slot_len + slot_len - SLOT)?;
         Ok(Ring {
             region,
             off,
             cap,
+            slot_len,
             seen_cons: AtomicU32::new(0),
         })
     }
@@ -95,9 +121,14 @@ impl Ring {
             .atomic_u32(self.off + LINE)
             .expect("checked at construction")
     }
+    /// Byte offset of the slot of position `i`.
+    #[inline]
+    fn slot_off(&self, i: u32) -> usize {
+        self.off + 2 * LINE + (i & (self.cap - 1)) as usize * self.slot_len
+    }
     fn slot(&self, i: u32) -> &AtomicU64 {
         self.region
-            .atomic_u64(self.off + 2 * LINE + (i & (self.cap - 1)) as usize * SLOT)
+            .atomic_u64(self.slot_off(i))
             .expect("checked at construction")
     }
 
@@ -161,6 +192,45 @@ impl Ring {
         if (x >> 32) as u32 != seq {
             return Ok(None);
         }
+        self.cons().store(seq, Ordering::Release);
+        Ok(Some(x as u32))
+    }
+
+    /// Producer, on a ring made by [`Ring::with_payload`]: [`Ring::push_all`] of entries
+    /// with their payloads, each written into its slot before the slot's entry word.
+    pub fn push_all_with(&self, vs: &[(u32, [u8; PAYLOAD])]) -> Result<usize, Corrupt> {
+        debug_assert_eq!(self.slot_len, LINE, "a ring without payloads");
+        let head = self.prod().load(Ordering::Relaxed);
+        let want = vs.len().min(self.cap as usize) as u32;
+        let n = vs.len().min(self.room(head, want)? as usize);
+        for (i, (v, p)) in vs[..n].iter().enumerate().rev() {
+            let pos = head.wrapping_add(i as u32);
+            self.region
+                .write(self.slot_off(pos) + SLOT, p)
+                .expect("checked at construction");
+            self.slot(pos).store(entry(pos, *v), Ordering::Release);
+        }
+        if n > 0 {
+            self.prod()
+                .store(head.wrapping_add(n as u32), Ordering::Release);
+        }
+        Ok(n)
+    }
+
+    /// Consumer, on a ring made by [`Ring::with_payload`]: [`Ring::pop`], the entry's payload
+    /// into `payload` (one line read for both). A peer that rewrites a slot while it is read
+    /// can give a torn payload, never an out-of-bounds read: the caller validates it.
+    pub fn pop_with(&self, payload: &mut [u8; PAYLOAD]) -> Result<Option<u32>, Corrupt> {
+        debug_assert_eq!(self.slot_len, LINE, "a ring without payloads");
+        let tail = self.cons().load(Ordering::Relaxed);
+        let seq = tail.wrapping_add(1);
+        let x = self.slot(tail).load(Ordering::Acquire);
+        if (x >> 32) as u32 != seq {
+            return Ok(None);
+        }
+        self.region
+            .read(self.slot_off(tail) + SLOT, payload)
+            .expect("checked at construction");
         self.cons().store(seq, Ordering::Release);
         Ok(Some(x as u32))
     }
@@ -369,5 +439,46 @@ mod tests {
             }
         }
         t.join().unwrap();
+    }
+
+    /// Payloads travel with their entries, in order, over laps; a slot's payload is read
+    /// only with its entry (a stale slot gives neither).
+    #[test]
+    fn payloads_ride_in_their_slots() {
+        let r = Arc::new(Region::create("ring", 4096, false).unwrap());
+        assert!(Ring::with_payload(r.clone(), 0, 64).is_err(), "past the region");
+        let p = Ring::with_payload(r.clone(), 0, 8).unwrap();
+        let c = p.clone();
+        let mut got = [0u8; PAYLOAD];
+        assert_eq!(c.pop_with(&mut got), Ok(None));
+        let mut next = 0u32;
+        for lap in 0..5u32 {
+            let batch: Vec<(u32, [u8; PAYLOAD])> = (0..6)
+                .map(|k| {
+                    let v = lap * 6 + k;
+                    (v, [v as u8; PAYLOAD])
+                })
+                .collect();
+            assert_eq!(p.push_all_with(&batch).unwrap(), 6);
+            while let Some(v) = c.pop_with(&mut got).unwrap() {
+                assert_eq!(v, next);
+                assert_eq!(got, [next as u8; PAYLOAD]);
+                next += 1;
+            }
+        }
+        assert_eq!(next, 30);
+        // Full: what does not fit stays with the caller.
+        let batch: Vec<(u32, [u8; PAYLOAD])> = (0..10).map(|v| (v, [1; PAYLOAD])).collect();
+        assert_eq!(p.push_all_with(&batch).unwrap(), 8);
+        // A slot's entry word rewritten with another lap's sequence number: no entry, and
+        // the payload buffer is left alone.
+        let tail = r.atomic_u32(LINE).unwrap().load(Ordering::Relaxed);
+        let slot = r
+            .atomic_u64(2 * LINE + (tail & 7) as usize * LINE)
+            .unwrap();
+        slot.store(slot.load(Ordering::Relaxed) + (8 << 32), Ordering::Release);
+        got = [7; PAYLOAD];
+        assert_eq!(c.pop_with(&mut got), Ok(None));
+        assert_eq!(got, [7; PAYLOAD]);
     }
 }
