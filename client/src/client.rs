@@ -412,7 +412,7 @@ impl Client {
         let d = Desc {
             op: Op::Cancel as u8,
             handle: target.idx as u64,
-            user: target.generation as u64,
+            user: target.generation,
             data_idx: NO_DATA,
             ..Desc::default()
         };
@@ -443,7 +443,7 @@ impl Client {
             op: Op::Cancel as u8,
             flags: channel::FLAG_ABANDON,
             handle: target.idx as u64,
-            user: target.generation as u64,
+            user: target.generation,
             data_idx: NO_DATA,
             ..Desc::default()
         };

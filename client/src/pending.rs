@@ -164,11 +164,10 @@ impl Inner {
         slot.ctx = None;
         let generation = slot.generation;
         if d.op != Op::Cancel as u8 {
-            d.user = generation as u64;
+            d.user = generation;
         }
-        self.ch.write_request(idx, &d).map_err(io_err)?;
         // A ring has a slot per descriptor: it cannot be full while we hold a free descriptor.
-        match self.ch.requests.push(idx) {
+        match self.ch.submit(idx, &d) {
             Ok(true) => {
                 if self.ch.engine_asleep() {
                     self.bell.ring();
@@ -390,7 +389,7 @@ impl Inner {
             .ok_or("completion index out of range")?;
         if slot.what.is_none()
             || slot.done.is_some()
-            || (!matches!(slot.what, Some(Pending::Cancel)) && d.user != slot.generation as u64)
+            || (!matches!(slot.what, Some(Pending::Cancel)) && d.user != slot.generation)
         {
             return Err(format!(
                 "the agent completed descriptor {idx}, which was not pending"
@@ -453,14 +452,9 @@ impl Inner {
                     data: bytes,
                 })
             }
-            (Pending::Probe, status::OK) => {
-                // The handle of the message found: the one field a completion leaves in its
-                // descriptor.
-                let handle = self.ch.read_desc(idx).map_err(|e| e.to_string())?.handle;
-                Ok(Done::Probed {
-                    found: Some((st.clone(), handle)),
-                })
-            }
+            (Pending::Probe, status::OK) => Ok(Done::Probed {
+                found: Some((st.clone(), d.handle)),
+            }),
             (Pending::Probe, status::NO_MATCH) => Ok(Done::Probed { found: None }),
             (Pending::Cancel, s) => Ok(Done::CancelResult {
                 cancelled: s == status::OK,

@@ -82,7 +82,7 @@ fn probed(found: Result<Option<(MsgInfo, u64)>, Error>) -> Completion {
             info_rank: info.src_rank,
             info_bits: info.match_bits,
             info_len: info.len,
-            handle: Some(handle),
+            handle,
             ..Completion::default()
         },
         Ok(None) => Completion::status(status::NO_MATCH),

@@ -1,13 +1,13 @@
 //! Serving clients from the engine core: requests popped from each channel become engine
-//! operations; engine completions are written back into the same descriptors.
+//! operations; engine completions go back on the channel under the same descriptor indices.
 //!
-//! One request's walk: the index popped from the client's ring ([`Served::requests`]) → the
-//! descriptor read once into a [`Request`](tigon_engine::channel::Request), its buffer
-//! resolved ([`Channel::read_request`]) → an engine operation ([`ops::start`]) → later, its
-//! outcome as a [`Completion`] written into the descriptor and the index pushed on the
-//! completion ring ([`Served::completions`]).
+//! One request's walk: popped from the client's ring with its descriptor index, read once
+//! into a [`Request`](tigon_engine::channel::Request), its buffer resolved
+//! ([`Channel::take_request`], [`Served::requests`]) → an engine operation ([`ops::start`]) →
+//! later, its outcome as a [`Completion`] pushed on the completion ring under that index
+//! ([`Served::completions`]).
 //!
-//! Clients are untrusted. A descriptor is copied out of shared memory once and validated
+//! Clients are untrusted. A request is copied out of shared memory once and validated
 //! before anything uses it; an index out of range, an index already in flight, an unknown
 //! operation, a corrupted ring, or a buffer reference outside the client's memory
 //! disconnects that client, and the agent goes on serving the others.
@@ -20,7 +20,7 @@ use tigon_engine::fasthash::FastMap;
 use tigon_engine::{CopyEngine, EndpointAddr, Engine, Link, ReqId};
 
 struct InFlight {
-    user: u64,
+    user: u32,
     req: Option<ReqId>,
     /// Its buffers' token (see `memory`): disarmed when it completes or is abandoned.
     token: u32,
@@ -238,8 +238,8 @@ impl Served {
                 let Some(c) = self.clients[slot as usize].as_ref() else {
                     break;
                 };
-                let idx = match c.ch.requests.pop() {
-                    Ok(Some(i)) => i,
+                let (idx, submitted) = match c.ch.take_request() {
+                    Ok(Some(x)) => x,
                     Ok(None) => break,
                     Err(e) => {
                         self.evict(eng, slot, e.to_string());
@@ -248,7 +248,7 @@ impl Served {
                 };
                 n += 1;
                 self.stats.requests += 1;
-                if let Err(why) = self.request(eng, slot, idx) {
+                if let Err(why) = self.request(eng, slot, idx, submitted) {
                     self.evict(eng, slot, why);
                     break;
                 }
@@ -300,9 +300,10 @@ impl Served {
         eng: &mut Engine<L, C>,
         slot: u32,
         idx: u32,
+        submitted: Result<Submitted, String>,
     ) -> Result<(), String> {
         let c = self.clients[slot as usize].as_mut().expect("present");
-        let Submitted { user, request } = c.ch.read_request(idx).map_err(|e| invalid(&e))?;
+        let Submitted { user, request } = submitted.map_err(|e| invalid(&e))?;
         if c.inflight[idx as usize].is_some() {
             return Err(invalid(&format!("descriptor {idx} submitted twice")));
         }
@@ -328,7 +329,10 @@ impl Served {
             self.finish(eng, slot, idx, Completion::status(status));
             return Ok(());
         }
-        let token = eng.copy_engine_mut().clients().arm(slot, idx, user);
+        let token = eng
+            .copy_engine_mut()
+            .clients()
+            .arm(slot, idx, u64::from(user));
         c.inflight[idx as usize] = Some(InFlight {
             user,
             req: None,
@@ -394,10 +398,7 @@ impl Served {
         if lease != 0 {
             self.stats.leases += 1;
         }
-        let Ok(entry) = c.ch.write_completion(idx, &done) else {
-            return;
-        };
-        c.outbox.push(entry);
+        c.outbox.push(done.entry(idx));
     }
 
     /// Puts every client's finished descriptors on its completion ring, each client's all at

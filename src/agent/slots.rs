@@ -27,8 +27,8 @@ use tigon_pmd::{Eal, ExtMem};
 use tigon_shm::Region;
 
 /// Slots per node, and bytes per slot (whole 2 MiB hugepages): 12 hugepages a node. A slot
-/// holds a channel's descriptors (2 MiB of them at the default `channel-requests`) and the
-/// rest in data buffers.
+/// holds a channel's request and completion rings (2 MiB of them at the default
+/// `channel-requests`) and the rest in data buffers.
 pub const SLOTS: usize = 4;
 pub const SLOT_BYTES: usize = 6 << 20;
 /// Fewer data buffers than this and a slot is not worth its hugepages.

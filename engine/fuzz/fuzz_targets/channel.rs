@@ -1,16 +1,17 @@
 //! A rank's side of its shared-memory channel is untrusted: whatever a client writes into
-//! the request ring, the lease ring and the descriptors, the agent's reading of them
-//! (`Ring::pop`, `Channel::read_request`) gives requests or errors, never a panic, and a
-//! request's data buffer always lies inside the region. And a client opening a channel
-//! whose header holds any geometry gets a channel or an error.
+//! the request ring and the lease ring, the agent's reading of them (`Ring::pop`,
+//! `Channel::take_request`) gives requests or errors, never a panic, and a request's data
+//! buffer always lies inside the region. And a client opening a channel whose header holds
+//! any geometry gets a channel or an error.
 //!
 //! Input: three u32 (n_desc, n_data, data_size) for the client's header; the request ring's
-//! producer and consumer counts and the lease ring's (4 × u32); the 8 request slots and 4
-//! lease slots (u32 each); then up to 8 descriptors of `DESC_LEN` bytes.
+//! producer and consumer counts and the lease ring's (4 × u32); 4 lease slots (u32 each);
+//! then up to 8 request slots of `SLOT_LEN` bytes (each an entry word, then the request's
+//! bytes).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
-use tigon_engine::channel::{Channel, DESC_LEN, Geometry, LEASE_SLOTS, Payload, Request};
+use tigon_engine::channel::{Channel, Geometry, LEASE_SLOTS, Payload, Request};
 use tigon_engine_fuzz::Input;
 use tigon_shm::Region;
 
@@ -23,6 +24,8 @@ const GEO: Geometry = Geometry {
 const PROD: usize = 0;
 const CONS: usize = 64;
 const SLOTS: usize = 128;
+/// Bytes of a request-ring slot (a cache line: the entry word and the request).
+const SLOT_LEN: usize = 64;
 
 fn region(len: usize) -> Arc<Region> {
     Arc::new(Region::create("tigon-fuzz", len, false).expect("memfd region"))
@@ -57,23 +60,22 @@ fuzz_target!(|data: &[u8]| {
     let ch = Channel::init(r.clone(), GEO, 1, 2).expect("a valid geometry");
     let (req, lease) = (GEO.req_ring_off(), GEO.lease_ring_off());
     let counts = [req + PROD, req + CONS, lease + PROD, lease + CONS];
-    let slots = (0..GEO.n_desc as usize).map(|i| req + SLOTS + 4 * i);
     let lease_slots = (0..4).map(|i| lease + SLOTS + 4 * i);
-    for at in counts.into_iter().chain(slots).chain(lease_slots) {
+    for at in counts.into_iter().chain(lease_slots) {
         r.write(at, &word().unwrap_or(0).to_le_bytes())
             .expect("ring");
     }
     for i in 0..GEO.n_desc as usize {
-        let d = input.bytes(DESC_LEN);
-        r.write(GEO.desc_off() + i * DESC_LEN, d)
-            .expect("descriptor");
+        let slot = input.bytes(SLOT_LEN);
+        r.write(req + SLOTS + i * SLOT_LEN, slot)
+            .expect("request slot");
     }
 
     for _ in 0..2 * GEO.n_desc {
-        let Ok(Some(idx)) = ch.requests.pop() else {
+        let Ok(Some((_, sub))) = ch.take_request() else {
             break;
         };
-        let Ok(sub) = ch.read_request(idx) else {
+        let Ok(sub) = sub else {
             continue;
         };
         let payload = match sub.request {

@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
     }
     // A short ack of fields from the input: the in-line writer and the general one agree,
     // and the result parses back to those fields.
-    if let Some(h) = data.first_chunk::<29>() {
+    if let Some(h) = data.first_chunk::<33>() {
         let mac = |at: usize| MacAddr(h[at..at + 6].try_into().expect("6"));
         let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
         let (dst, src, flags) = (mac(0), mac(6), h[12]);
@@ -69,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
             hold_us: word(17),
             ack: word(21),
             credit: word(25),
+            slot: word(29),
         };
         let mut a = [0u8; MIN_FRAME];
         let mut b = [0u8; MIN_FRAME];
@@ -79,8 +80,8 @@ fuzz_target!(|data: &[u8]| {
         let r =
             Repr::parse(&Frame::new_checked(&a[..]).expect("a short ack checks")).expect("parses");
         assert_eq!(
-            (r.kind, r.tag, r.seq, r.ack, r.credit),
-            (Some(Kind::ShortAck), f.tag, f.hold_us, f.ack, f.credit)
+            (r.kind, r.tag, r.seq, r.ack, r.credit, r.slot),
+            (Some(Kind::ShortAck), f.tag, f.hold_us, f.ack, f.credit, f.slot)
         );
     }
 });

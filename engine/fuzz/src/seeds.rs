@@ -411,8 +411,8 @@ pub fn net() -> Vec<Vec<u8>> {
 }
 
 /// Requests for the `channel` target: each operation, through a data buffer, direct and
-/// leased, and a request ring whose indices name them (the target's input layout is in its
-/// source: ring counts, indices, then descriptors).
+/// leased, in a request ring's slots (the target's input layout is in its source: ring
+/// counts, lease slots, then request slots).
 pub fn channel() -> Vec<Vec<u8>> {
     let peer = tigon_engine::EndpointAddr::new(MacAddr([2, 0, 0, 0, 0, 2]), 1);
     let descs = [
@@ -458,14 +458,16 @@ pub fn channel() -> Vec<Vec<u8>> {
     ];
     // The geometry a client finds in its header: 8 descriptors, 4 data buffers of 1 KiB.
     let mut v = [8u32, 4, 1024].map(u32::to_le_bytes).concat();
-    // Request ring: 6 entries queued; lease ring: 2 given back.
-    for w in [6u32, 0, 2, 0, 0, 1, 2, 3, 4, 5, 0, 0, 3, 70, 0, 0] {
+    // Request ring: 6 entries queued; lease ring: 2 given back (its slots' low words).
+    for w in [6u32, 0, 2, 0, 3, 0, 70, 0] {
         v.extend_from_slice(&w.to_le_bytes());
     }
-    for d in &descs {
-        let mut b = [0u8; tigon_engine::channel::DESC_LEN];
-        d.emit(&mut b);
-        v.extend_from_slice(&b);
+    // Request slots: the entry word (descriptor index, then its sequence number: the
+    // position + 1), then the request.
+    for (i, d) in descs.iter().enumerate() {
+        v.extend_from_slice(&(i as u32).to_le_bytes());
+        v.extend_from_slice(&(i as u32 + 1).to_le_bytes());
+        v.extend_from_slice(&d.emit());
     }
     vec![v]
 }

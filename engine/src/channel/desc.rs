@@ -1,24 +1,12 @@
-//! A descriptor's bytes: the request a client writes and the completion the engine writes
-//! back into it.
+//! A request's bytes as the client puts them in its request-ring slot, and a completion's
+//! as the engine puts them in its completion-ring slot (channel version 10: a line each, read
+//! by the other side in one miss; there are no descriptors in the region any more, only their
+//! indices, which name requests).
 
 use crate::addr::EndpointAddr;
 use crate::wire::MacAddr;
 use tigon_shm::ring::PAYLOAD;
 
-/// A descriptor's size in the channel: two cache lines, the request's and the handle's
-/// (256 bytes until channel version 7, half of them reserved: a channel holds 16,384
-/// descriptors by default, 2 MiB at this size).
-pub const DESC_LEN: usize = 128;
-/// The bytes of a descriptor that hold fields.
-pub const DESC_USED: usize = D_HANDLE + 8;
-/// The request's line: what the client writes and the engine reads, except the handle of
-/// MRecv and Cancel, read from the other line (which also takes the handle an MProbe found).
-/// The completion is not in the descriptor (channel version 9): it rides in its
-/// completion-ring slot ([`Completion::emit_entry`]), so the rank reads one line per
-/// completion, not the slot and then the line the slot names. (Until version 8 the
-/// completion lay in the descriptor's second line; before that, partly in the request's.)
-pub const REQUEST_LINE: usize = 64;
-const _: () = assert!(DESC_USED <= DESC_LEN && D_HANDLE >= REQUEST_LINE);
 /// "No data buffer" in [`Desc::data_idx`].
 pub const NO_DATA: u32 = u32::MAX;
 
@@ -77,20 +65,21 @@ pub mod status {
     pub const SHUTDOWN: u32 = 7;
 }
 
-/// One descriptor: a request as the client writes it, with the completion fields the engine
-/// fills in.
+/// One request as the client writes it (its descriptor: the index it goes with names it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Desc {
     pub op: u8,
     pub flags: u8,
-    /// Data buffer holding the payload (send) or receiving it (receive), or [`NO_DATA`].
+    /// Data buffer holding the payload (send) or receiving it (receive), or [`NO_DATA`]
+    /// (always, with [`FLAG_DIRECT`]: the slot carries `addr` in its place).
     pub data_idx: u32,
-    /// Echoed untouched: the client's own tag for the request.
-    pub user: u64,
+    /// Echoed untouched in the completion: the client's own tag for the request.
+    pub user: u32,
     /// Send length, or receive capacity.
     pub len: u64,
-    /// Client address of the payload with [`FLAG_DIRECT`].
+    /// Client address of the payload with [`FLAG_DIRECT`] (0 without).
     pub addr: u64,
+    /// The match bits (0 for MRecv and Cancel, whose slot carries `handle` in their place).
     pub match_bits: u64,
     pub mask: u64,
     /// Receive filter (unless [`FLAG_ANY_SOURCE`]) or the sender's rank.
@@ -98,27 +87,41 @@ pub struct Desc {
     pub peer: Option<EndpointAddr>,
     /// A send: the incarnation of `peer`'s node its address named (`crate::Dest`; 0: any).
     pub peer_incarnation: u32,
-    /// Message handle (mprobe → mrecv) or the descriptor index to cancel.
+    /// Message handle (mprobe → mrecv) or the descriptor index to cancel (0 for the other
+    /// operations).
     pub handle: u64,
 }
 
-const D_USER: usize = 8;
-/// The handle: of the message an MRecv receives or the request a Cancel names (the client
-/// writes it), or of the message an MProbe found (the engine writes it).
-pub(super) const D_HANDLE: usize = 64;
+// Byte offsets of a request's fields in its ring slot's payload ([`PAYLOAD`] bytes). Two
+// places hold one of two fields, by the request: `addr` or `data_idx`, `handle` or
+// `match_bits` (no operation uses both of a pair).
+const R_OP: usize = 0;
+const R_FLAGS: usize = 1;
+const R_HAS_PEER: usize = 3;
+const R_USER: usize = 4;
+const R_LEN: usize = 8;
+const R_ADDR_OR_DATA: usize = 16;
+const R_BITS_OR_HANDLE: usize = 24;
+const R_MASK: usize = 32;
+const R_RANK: usize = 40;
+const R_INCARNATION: usize = 44;
+const R_MAC: usize = 48;
+const R_EP: usize = 54;
+const _: () = assert!(R_EP + 2 <= PAYLOAD);
 
-// Byte offsets of a completion's fields in its ring slot's payload (`tigon_shm::ring::PAYLOAD`
-// bytes; see [`Completion::emit_entry`]).
+// Byte offsets of a completion's fields in its ring slot's payload (see
+// [`Completion::emit_entry`]).
 const C_STATUS: usize = 0;
+const C_TRUNCATED: usize = 2;
 const C_INFO_RANK: usize = 4;
-const C_INFO_BITS: usize = 8;
-const C_INFO_LEN: usize = 16;
-const C_RECEIVED: usize = 24;
-const C_LEASE: usize = 32;
-const C_TRUNCATED: usize = 36;
+const C_LEASE: usize = 8;
+const C_USER: usize = 12;
+const C_INFO_BITS: usize = 16;
+const C_INFO_LEN: usize = 24;
+const C_RECEIVED: usize = 32;
 const C_LEASE_OFF: usize = 40;
-const C_USER: usize = 48;
-const _: () = assert!(C_USER + 8 <= PAYLOAD);
+const C_HANDLE: usize = 48;
+const _: () = assert!(C_HANDLE + 8 <= PAYLOAD);
 
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
@@ -127,64 +130,94 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4"))
 }
 
+/// Whether operation `op` names a message or a request by [`Desc::handle`] (in the place of
+/// the match bits, which it has none of).
+fn uses_handle(op: u8) -> bool {
+    op == Op::MRecv as u8 || op == Op::Cancel as u8
+}
+
 impl Desc {
-    pub fn emit(&self, b: &mut [u8; DESC_LEN]) {
-        b.fill(0);
-        b[0] = self.op;
-        b[1] = self.flags;
-        b[3] = self.peer.is_some() as u8;
-        b[4..8].copy_from_slice(&self.data_idx.to_le_bytes());
-        b[D_USER..D_USER + 8].copy_from_slice(&self.user.to_le_bytes());
-        b[16..24].copy_from_slice(&self.len.to_le_bytes());
-        b[24..32].copy_from_slice(&self.addr.to_le_bytes());
-        b[32..40].copy_from_slice(&self.match_bits.to_le_bytes());
-        b[40..48].copy_from_slice(&self.mask.to_le_bytes());
-        b[48..52].copy_from_slice(&self.rank.to_le_bytes());
-        b[52..56].copy_from_slice(&self.peer_incarnation.to_le_bytes());
+    /// The request's bytes, as they ride in its request-ring slot.
+    pub fn emit(&self) -> [u8; PAYLOAD] {
+        let mut b = [0u8; PAYLOAD];
+        b[R_OP] = self.op;
+        b[R_FLAGS] = self.flags;
+        b[R_HAS_PEER] = self.peer.is_some() as u8;
+        b[R_USER..R_USER + 4].copy_from_slice(&self.user.to_le_bytes());
+        b[R_LEN..R_LEN + 8].copy_from_slice(&self.len.to_le_bytes());
+        let where_ = if self.flags & FLAG_DIRECT != 0 {
+            self.addr
+        } else {
+            u64::from(self.data_idx)
+        };
+        b[R_ADDR_OR_DATA..R_ADDR_OR_DATA + 8].copy_from_slice(&where_.to_le_bytes());
+        let bits = if uses_handle(self.op) {
+            self.handle
+        } else {
+            self.match_bits
+        };
+        b[R_BITS_OR_HANDLE..R_BITS_OR_HANDLE + 8].copy_from_slice(&bits.to_le_bytes());
+        b[R_MASK..R_MASK + 8].copy_from_slice(&self.mask.to_le_bytes());
+        b[R_RANK..R_RANK + 4].copy_from_slice(&self.rank.to_le_bytes());
+        b[R_INCARNATION..R_INCARNATION + 4].copy_from_slice(&self.peer_incarnation.to_le_bytes());
         if let Some(p) = self.peer {
-            b[56..62].copy_from_slice(&p.mac.0);
-            b[62..64].copy_from_slice(&p.ep.to_le_bytes());
+            b[R_MAC..R_MAC + 6].copy_from_slice(&p.mac.0);
+            b[R_EP..R_EP + 2].copy_from_slice(&p.ep.to_le_bytes());
         }
-        b[D_HANDLE..D_HANDLE + 8].copy_from_slice(&self.handle.to_le_bytes());
+        b
     }
 
-    /// Parses any descriptor's bytes; validity of the fields is the reader's business.
-    pub fn parse(b: &[u8; DESC_LEN]) -> Desc {
+    /// Parses any request's bytes; validity of the fields is the reader's business (a data
+    /// buffer index past 32 bits reads as [`NO_DATA`]).
+    pub fn parse(b: &[u8; PAYLOAD]) -> Desc {
+        let (op, flags) = (b[R_OP], b[R_FLAGS]);
+        let where_ = u64_at(b, R_ADDR_OR_DATA);
+        let (addr, data_idx) = if flags & FLAG_DIRECT != 0 {
+            (where_, NO_DATA)
+        } else {
+            (0, u32::try_from(where_).unwrap_or(NO_DATA))
+        };
+        let bits = u64_at(b, R_BITS_OR_HANDLE);
+        let (match_bits, handle) = if uses_handle(op) {
+            (0, bits)
+        } else {
+            (bits, 0)
+        };
         Desc {
-            op: b[0],
-            flags: b[1],
-            data_idx: u32_at(b, 4),
-            user: u64_at(b, D_USER),
-            len: u64_at(b, 16),
-            addr: u64_at(b, 24),
-            match_bits: u64_at(b, 32),
-            mask: u64_at(b, 40),
-            rank: u32_at(b, 48),
-            peer: (b[3] != 0).then(|| {
+            op,
+            flags,
+            data_idx,
+            user: u32_at(b, R_USER),
+            len: u64_at(b, R_LEN),
+            addr,
+            match_bits,
+            mask: u64_at(b, R_MASK),
+            rank: u32_at(b, R_RANK),
+            peer: (b[R_HAS_PEER] != 0).then(|| {
                 EndpointAddr::new(
-                    MacAddr(b[56..62].try_into().expect("6")),
-                    u16::from_le_bytes([b[62], b[63]]),
+                    MacAddr(b[R_MAC..R_MAC + 6].try_into().expect("6")),
+                    u16::from_le_bytes([b[R_EP], b[R_EP + 1]]),
                 )
             }),
-            peer_incarnation: u32_at(b, 52),
-            handle: u64_at(b, D_HANDLE),
+            peer_incarnation: u32_at(b, R_INCARNATION),
+            handle,
         }
     }
 }
 
-/// What the engine hands back for a request: in its completion-ring slot, and a probe's
-/// handle in the descriptor (the request's own fields stay as the client wrote them).
+/// What the engine hands back for a request, in its completion-ring slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Completion {
-    pub user: u64,
+    /// The request's [`Desc::user`].
+    pub user: u32,
     pub status: u32,
     pub info_rank: u32,
     pub info_bits: u64,
     pub info_len: u64,
     pub received: u64,
     pub truncated: bool,
-    /// The message handle a probe found (`None`: the descriptor's handle is left alone).
-    pub handle: Option<u64>,
+    /// The message handle an MProbe found (0: none).
+    pub handle: u64,
     /// 1 + the lease holding a received payload, or 0 (see [`Desc::lease`]).
     pub lease: u32,
     pub lease_off: u64,
@@ -203,36 +236,44 @@ impl Completion {
         }
     }
 
-    /// The completion's fields but the handle, as they ride in its completion-ring slot.
+    /// The completion's bytes, as they ride in its completion-ring slot (statuses are
+    /// under 2^16: [`status`]).
     pub fn emit_entry(&self) -> [u8; PAYLOAD] {
         let mut b = [0u8; PAYLOAD];
-        b[C_STATUS..C_STATUS + 4].copy_from_slice(&self.status.to_le_bytes());
+        let st = u16::try_from(self.status).unwrap_or(u16::MAX);
+        b[C_STATUS..C_STATUS + 2].copy_from_slice(&st.to_le_bytes());
+        b[C_TRUNCATED] = self.truncated as u8;
         b[C_INFO_RANK..C_INFO_RANK + 4].copy_from_slice(&self.info_rank.to_le_bytes());
+        b[C_LEASE..C_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
+        b[C_USER..C_USER + 4].copy_from_slice(&self.user.to_le_bytes());
         b[C_INFO_BITS..C_INFO_BITS + 8].copy_from_slice(&self.info_bits.to_le_bytes());
         b[C_INFO_LEN..C_INFO_LEN + 8].copy_from_slice(&self.info_len.to_le_bytes());
         b[C_RECEIVED..C_RECEIVED + 8].copy_from_slice(&self.received.to_le_bytes());
-        b[C_LEASE..C_LEASE + 4].copy_from_slice(&self.lease.to_le_bytes());
-        b[C_TRUNCATED] = self.truncated as u8;
         b[C_LEASE_OFF..C_LEASE_OFF + 8].copy_from_slice(&self.lease_off.to_le_bytes());
-        b[C_USER..C_USER + 8].copy_from_slice(&self.user.to_le_bytes());
+        b[C_HANDLE..C_HANDLE + 8].copy_from_slice(&self.handle.to_le_bytes());
         b
     }
 
-    /// Parses a completion-ring slot's payload (`handle` is `None`: a probe's is in the
-    /// descriptor); validity of the fields is the reader's business.
+    /// Parses a completion-ring slot's payload; validity of the fields is the reader's
+    /// business.
     pub fn parse_entry(b: &[u8; PAYLOAD]) -> Completion {
         Completion {
-            user: u64_at(b, C_USER),
-            status: u32_at(b, C_STATUS),
+            user: u32_at(b, C_USER),
+            status: u32::from(u16::from_le_bytes([b[C_STATUS], b[C_STATUS + 1]])),
             info_rank: u32_at(b, C_INFO_RANK),
             info_bits: u64_at(b, C_INFO_BITS),
             info_len: u64_at(b, C_INFO_LEN),
             received: u64_at(b, C_RECEIVED),
             truncated: b[C_TRUNCATED] != 0,
-            handle: None,
+            handle: u64_at(b, C_HANDLE),
             lease: u32_at(b, C_LEASE),
             lease_off: u64_at(b, C_LEASE_OFF),
         }
+    }
+
+    /// Its entry on the completion ring, for descriptor `idx`.
+    pub fn entry(&self, idx: u32) -> CompletionEntry {
+        (idx, self.emit_entry())
     }
 }
 
@@ -240,45 +281,54 @@ impl Completion {
 mod tests {
     use super::*;
 
-    /// Every field lies in the bytes the channel copies: a descriptor with all of them set
-    /// leaves the reserved rest zero, and survives a copy of its used bytes only.
+    /// Every field of a request survives its slot, a field of each shared place on either
+    /// side of it.
     #[test]
-    fn every_field_lies_in_the_used_bytes() {
-        let d = Desc {
+    fn a_request_round_trips_through_its_slot() {
+        let all = Desc {
             op: Op::Send as u8,
-            flags: 0xff,
+            flags: 0xff & !FLAG_DIRECT,
             data_idx: u32::MAX - 1,
-            user: u64::MAX,
+            user: u32::MAX,
             len: u64::MAX,
-            addr: u64::MAX,
-            match_bits: u64::MAX,
+            addr: 0,
+            match_bits: u64::MAX - 2,
             mask: u64::MAX,
             rank: u32::MAX,
             peer: Some(EndpointAddr::new(MacAddr([0xff; 6]), u16::MAX)),
             peer_incarnation: u32::MAX,
-            handle: u64::MAX,
+            handle: 0,
         };
-        let mut b = [0u8; DESC_LEN];
-        d.emit(&mut b);
-        assert!(b[DESC_USED..].iter().all(|&x| x == 0));
-        let mut used = [0u8; DESC_LEN];
-        used[..DESC_USED].copy_from_slice(&b[..DESC_USED]);
-        assert_eq!(Desc::parse(&used), d);
+        assert_eq!(Desc::parse(&all.emit()), all);
+        let direct_mrecv = Desc {
+            op: Op::MRecv as u8,
+            flags: FLAG_DIRECT,
+            data_idx: NO_DATA,
+            addr: u64::MAX - 3,
+            handle: u64::MAX - 4,
+            len: 9,
+            ..Desc::default()
+        };
+        assert_eq!(Desc::parse(&direct_mrecv.emit()), direct_mrecv);
+        // A data buffer index past 32 bits is none.
+        let mut b = all.emit();
+        b[R_ADDR_OR_DATA..R_ADDR_OR_DATA + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert_eq!(Desc::parse(&b).data_idx, NO_DATA);
     }
 
-    /// A completion's fields (but the handle, which is the descriptor's) round-trip through
-    /// its ring slot's payload, none overlapping another.
+    /// A completion's fields round-trip through its ring slot's payload, none overlapping
+    /// another.
     #[test]
     fn a_completion_fits_its_ring_slot() {
         let all = Completion {
-            user: u64::MAX - 1,
-            status: u32::MAX - 2,
+            user: u32::MAX - 1,
+            status: u32::from(u16::MAX - 2),
             info_rank: u32::MAX - 3,
             info_bits: u64::MAX - 4,
             info_len: u64::MAX - 5,
             received: u64::MAX - 6,
             truncated: true,
-            handle: None,
+            handle: u64::MAX - 9,
             lease: u32::MAX - 7,
             lease_off: u64::MAX - 8,
         };
@@ -288,10 +338,6 @@ mod tests {
             ..Completion::default()
         };
         assert_eq!(Completion::parse_entry(&one.emit_entry()), one);
-        let with_handle = Completion {
-            handle: Some(9),
-            ..one
-        };
-        assert_eq!(with_handle.emit_entry(), one.emit_entry());
+        assert_eq!(one.entry(3), (3, one.emit_entry()));
     }
 }

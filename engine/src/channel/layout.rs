@@ -1,6 +1,5 @@
 //! Where things are in a channel's region.
 
-use super::desc::DESC_LEN;
 use std::io;
 use tigon_shm::Ring;
 
@@ -16,6 +15,7 @@ pub const FRAGMENT_LEN: usize = 32;
 /// Sizes of a channel, fixed by the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Descriptor indices: requests a client may have in flight (and each ring's slots).
     pub n_desc: u32,
     pub n_data: u32,
     pub data_size: u32,
@@ -26,7 +26,7 @@ impl Geometry {
         HEADER_LEN
     }
     pub fn cmp_ring_off(&self) -> usize {
-        HEADER_LEN + Ring::bytes(self.n_desc).next_multiple_of(64)
+        HEADER_LEN + Ring::bytes_with_payload(self.n_desc).next_multiple_of(64)
     }
     /// The ring of lease ids the client gives back (see [`LEASE_SLOTS`]).
     pub fn lease_ring_off(&self) -> usize {
@@ -42,11 +42,8 @@ impl Geometry {
     pub fn fragment_table_off(&self) -> usize {
         (self.lent_ring_off() + Ring::bytes(LEASE_SLOTS)).next_multiple_of(64)
     }
-    pub fn desc_off(&self) -> usize {
-        (self.fragment_table_off() + LEASE_SLOTS as usize * FRAGMENT_LEN).next_multiple_of(4096)
-    }
     pub fn data_off(&self) -> usize {
-        (self.desc_off() + self.n_desc as usize * DESC_LEN).next_multiple_of(4096)
+        (self.fragment_table_off() + LEASE_SLOTS as usize * FRAGMENT_LEN).next_multiple_of(4096)
     }
     pub fn len(&self) -> usize {
         self.data_off() + self.n_data as usize * self.data_size as usize

@@ -3,15 +3,16 @@
 //! One region per client, created by the agent and passed to the client as a memfd:
 //!
 //! ```text
-//! [header 4 KiB][request ring][completion ring][lease ring][lent ring][fragments][descriptors: n_desc × 128 B][data: n_data × data_size]
+//! [header 4 KiB][request ring][completion ring][lease ring][lent ring][fragments][data: n_data × data_size]
 //! ```
 //!
-//! Rings carry descriptor indices, never pointers. Descriptors and data buffers belong to the
-//! client, which keeps their free lists in its own memory (nothing to contend on): it fills a
-//! descriptor (and, for small payloads, a data buffer), pushes the index on the request ring;
-//! the engine reads the descriptor once into a [`Request`] (validated, its buffer resolved),
-//! works, and pushes the index back on the completion ring with its [`Completion`] in the
-//! same slot (a line per slot). Each index sits in at
+//! Rings carry descriptor indices, never pointers. Descriptor indices and data buffers belong
+//! to the client, which keeps their free lists in its own memory (nothing to contend on): it
+//! pushes a request ([`Desc`]) on the request ring under a free index (after filling a data
+//! buffer, for small payloads); the engine reads it once into a [`Request`] (validated, its
+//! buffer resolved), works, and pushes the index back on the completion ring with its
+//! [`Completion`]. Both rings carry their entries in their slots, a cache line each, so each
+//! side reads one line per entry from the other's core. Each index sits in at
 //! most one ring at a time and rings have a slot per descriptor, so a ring can never overflow.
 //! Large payloads do not pass through data buffers: the engine reads and writes the rank's
 //! own memory (`addr`, with [`FLAG_DIRECT`]), or, while the client polls, lend it the frames
@@ -21,17 +22,21 @@ mod layout;
 mod request;
 
 pub use desc::{
-    Completion, CompletionEntry, DESC_LEN, DESC_USED, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE,
-    FLAG_SYNC, NO_DATA, Op, REQUEST_LINE, status,
+    Completion, CompletionEntry, Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE,
+    FLAG_SYNC, NO_DATA, Op, status,
 };
 pub use layout::{FRAGMENT_LEN, Geometry, HEADER_LEN, LEASE_SLOTS};
 pub use request::{Payload, Request, Submitted};
 
-use desc::D_HANDLE;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
+use tigon_shm::ring::{Corrupt, PAYLOAD};
 use tigon_shm::{Region, Ring};
+
+/// A request taken off the ring by [`Channel::take_request`]: its descriptor index, and the
+/// request or why it is none.
+pub type Taken = (u32, Result<Submitted, String>);
 
 pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 3: MProbe reports the bytes already at the node; Cancel may abandon instead.
@@ -47,7 +52,8 @@ pub const MAGIC: u64 = u64::from_be_bytes(*b"TIGONCH1");
 /// 9: the completion in its completion-ring slot (a line per slot, `Ring::with_payload`),
 /// not in the descriptor: one line crosses to the rank per completion, where the slot and
 /// then the descriptor's line crossed one after the other.
-pub const VERSION: u32 = 9;
+/// 10: the request in its request-ring slot too: no descriptors in the region.
+pub const VERSION: u32 = 10;
 
 // Header fields.
 const H_MAGIC: usize = 0;
@@ -118,12 +124,6 @@ impl Fragment {
             rx_off: u64_at(24),
         }
     }
-}
-
-/// Whether operation `op` names a message or a request by `Desc::handle` (read from the
-/// completion's line).
-fn uses_handle(op: u8) -> bool {
-    op == Op::MRecv as u8 || op == Op::Cancel as u8
 }
 
 /// Agent state as published in the header.
@@ -207,7 +207,7 @@ impl Channel {
 
     fn rings(region: Arc<Region>, geo: Geometry) -> io::Result<Channel> {
         Ok(Channel {
-            requests: Ring::new(region.clone(), geo.req_ring_off(), geo.n_desc)?,
+            requests: Ring::with_payload(region.clone(), geo.req_ring_off(), geo.n_desc)?,
             completions: Ring::with_payload(region.clone(), geo.cmp_ring_off(), geo.n_desc)?,
             leases: Ring::new(region.clone(), geo.lease_ring_off(), LEASE_SLOTS)?,
             lent: Ring::new(region.clone(), geo.lent_ring_off(), LEASE_SLOTS)?,
@@ -216,43 +216,10 @@ impl Channel {
         })
     }
 
-    /// Descriptor `idx` (its used bytes, [`DESC_USED`]: the reserved rest is not read).
-    pub fn read_desc(&self, idx: u32) -> io::Result<Desc> {
-        let mut b = [0u8; DESC_LEN];
-        self.region
-            .read(self.desc_offset(idx)?, &mut b[..DESC_USED])?;
-        Ok(Desc::parse(&b))
-    }
-
-    /// Writes descriptor `idx` (its used bytes, [`DESC_USED`]).
-    pub fn write_desc(&self, idx: u32, d: &Desc) -> io::Result<()> {
-        let mut b = [0u8; DESC_LEN];
-        d.emit(&mut b);
-        self.region.write(self.desc_offset(idx)?, &b[..DESC_USED])
-    }
-
-    /// Client: writes the request `d` into descriptor `idx`: its line, and the handle where
-    /// the operation has one; the completion's line is the engine's to write.
-    pub fn write_request(&self, idx: u32, d: &Desc) -> io::Result<()> {
-        let mut b = [0u8; DESC_LEN];
-        d.emit(&mut b);
-        let at = self.desc_offset(idx)?;
-        self.region.write(at, &b[..REQUEST_LINE])?;
-        if uses_handle(d.op) {
-            self.region
-                .write(at + D_HANDLE, &b[D_HANDLE..D_HANDLE + 8])?;
-        }
-        Ok(())
-    }
-
-    fn desc_offset(&self, idx: u32) -> io::Result<usize> {
-        if idx >= self.geo.n_desc {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("descriptor index {idx} out of range"),
-            ));
-        }
-        Ok(self.geo.desc_off() + idx as usize * DESC_LEN)
+    /// Client: submits request `d` under descriptor index `idx` (`Ok(false)`: the ring is
+    /// full, which it cannot be while the client holds a free index).
+    pub fn submit(&self, idx: u32, d: &Desc) -> Result<bool, Corrupt> {
+        Ok(self.requests.push_all_with(&[(idx, d.emit())])? == 1)
     }
 
     /// Byte offset of data buffer `idx` in the region.
@@ -260,47 +227,35 @@ impl Channel {
         self.geo.data_buffer_off(idx)
     }
 
-    /// Engine: the request in descriptor `idx`, read once, or why it is not one (a client
-    /// that submits such a thing is broken or hostile).
-    pub fn read_request(&self, idx: u32) -> Result<Submitted, String> {
-        let at = self.desc_offset(idx).map_err(|e| e.to_string())?;
-        let mut b = [0u8; DESC_LEN];
-        let r = &self.region;
-        r.read(at, &mut b[..REQUEST_LINE])
-            .map_err(|e| e.to_string())?;
-        if uses_handle(b[0]) {
-            r.read(at + D_HANDLE, &mut b[D_HANDLE..D_HANDLE + 8])
-                .map_err(|e| e.to_string())?;
-        }
-        let d = Desc::parse(&b);
-        Ok(Submitted {
-            user: d.user,
-            request: Request::parse(&d, &self.geo)?,
-        })
-    }
-
-    /// Engine: the result of the request in descriptor `idx`, as its completion-ring entry
-    /// ([`Channel::publish`] puts it there); a probe's handle goes into the descriptor now.
-    pub fn write_completion(&self, idx: u32, c: &Completion) -> io::Result<CompletionEntry> {
-        let at = self.desc_offset(idx)?;
-        if let Some(h) = c.handle {
-            self.region.write(at + D_HANDLE, &h.to_le_bytes())?;
-        }
-        Ok((idx, c.emit_entry()))
+    /// Engine: the oldest request, read once (one line), with its descriptor index, or why
+    /// it is not one (a client that submits such a thing is broken or hostile).
+    pub fn take_request(&self) -> Result<Option<Taken>, Corrupt> {
+        let mut b = [0u8; PAYLOAD];
+        let Some(idx) = self.requests.pop_with(&mut b)? else {
+            return Ok(None);
+        };
+        let submitted = if idx >= self.geo.n_desc {
+            Err(format!("descriptor index {idx} out of range"))
+        } else {
+            let d = Desc::parse(&b);
+            Request::parse(&d, &self.geo).map(|request| Submitted {
+                user: d.user,
+                request,
+            })
+        };
+        Ok(Some((idx, submitted)))
     }
 
     /// Engine: puts as many of `entries` on the completion ring as fit, in order, at once;
     /// returns how many.
-    pub fn publish(&self, entries: &[CompletionEntry]) -> Result<usize, tigon_shm::ring::Corrupt> {
+    pub fn publish(&self, entries: &[CompletionEntry]) -> Result<usize, Corrupt> {
         self.completions.push_all_with(entries)
     }
 
-    /// Client: the oldest completion, with the index of its descriptor (one line read);
-    /// validity of its fields is the caller's business.
-    pub fn take_completion(
-        &self,
-    ) -> Result<Option<(u32, Completion)>, tigon_shm::ring::Corrupt> {
-        let mut b = [0u8; tigon_shm::ring::PAYLOAD];
+    /// Client: the oldest completion, with its descriptor index (one line read); validity
+    /// of its fields is the caller's business.
+    pub fn take_completion(&self) -> Result<Option<(u32, Completion)>, Corrupt> {
+        let mut b = [0u8; PAYLOAD];
         Ok(self
             .completions
             .pop_with(&mut b)?
@@ -453,7 +408,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn desc_round_trip_and_layout() {
+    fn a_request_crosses_in_its_slot_and_the_layout_holds() {
         let geo = Geometry {
             n_desc: 64,
             n_data: 8,
@@ -477,13 +432,17 @@ mod tests {
             peer: Some("02:00:00:00:00:01/4".parse().unwrap()),
             ..Desc::default()
         };
-        client.write_desc(10, &d).unwrap();
-        assert!(client.requests.push(10).unwrap());
-        let i = agent.requests.pop().unwrap().unwrap();
-        assert_eq!(agent.read_desc(i).unwrap(), d);
-        assert!(agent.read_desc(64).is_err());
+        assert_eq!(agent.take_request(), Ok(None));
+        assert_eq!(client.submit(10, &d), Ok(true));
+        let (i, got) = agent.take_request().unwrap().unwrap();
+        assert_eq!(i, 10);
+        let got = got.unwrap();
+        assert_eq!(got.user, 99);
+        assert_eq!(got.request, Request::parse(&d, &geo).unwrap());
+        assert_eq!(agent.take_request(), Ok(None));
         assert!(agent.data_offset(8).is_err());
         assert!(geo.data_off() + 8 * 32 * 1024 <= region.len());
+        assert!(geo.fragment_table_off() + LEASE_SLOTS as usize * FRAGMENT_LEN <= geo.data_off());
     }
 
     fn pair(geo: Geometry) -> (Channel, Channel) {
@@ -502,8 +461,10 @@ mod tests {
         data_size: 1024,
     };
 
+    /// What a broken client submits is an error for that request, not for the channel: an
+    /// index out of range, an unknown operation; an MRecv's handle crosses with it.
     #[test]
-    fn a_request_is_read_from_its_descriptor() {
+    fn bad_requests_are_refused_one_by_one() {
         let (agent, client) = pair(GEO);
         let recv = Desc {
             op: Op::Recv as u8,
@@ -513,72 +474,43 @@ mod tests {
             rank: 2,
             ..Desc::default()
         };
-        client.write_desc(3, &recv).unwrap();
-        let got = agent.read_request(3).unwrap();
-        assert_eq!(got.user, 4);
-        assert_eq!(got.request, Request::parse(&recv, &GEO).unwrap());
-        // An MRecv's handle lies in the completion's line: written and read with the request.
         let mrecv = Desc {
             op: Op::MRecv as u8,
             handle: 0xfeed,
             ..recv
         };
-        client.write_request(4, &mrecv).unwrap();
+        let junk = Desc {
+            op: 42,
+            ..Desc::default()
+        };
+        for (i, d) in [(16, &recv), (4, &junk), (3, &mrecv)] {
+            assert_eq!(client.submit(i, d), Ok(true));
+        }
+        let (i, r) = agent.take_request().unwrap().unwrap();
+        assert_eq!(i, 16);
+        assert!(r.unwrap_err().contains("descriptor index 16 out of range"));
+        let (_, r) = agent.take_request().unwrap().unwrap();
+        assert_eq!(r.unwrap_err(), "unknown operation 42");
+        let (_, r) = agent.take_request().unwrap().unwrap();
         assert!(matches!(
-            agent.read_request(4).unwrap().request,
-            Request::MRecv { handle: 0xfeed, .. }
-        ));
-        // A receive's request leaves a probe's handle alone, and its completion does too.
-        agent
-            .write_completion(4, &Completion::status(status::CANCELLED))
-            .unwrap();
-        client.write_request(4, &recv).unwrap();
-        assert_eq!(client.read_desc(4).unwrap().handle, 0xfeed);
-        assert!(matches!(
-            got.request,
-            Request::Recv {
-                payload: Payload::Buffer { len: 100, .. },
-                ..
+            r.unwrap().request,
+            Request::MRecv {
+                handle: 0xfeed,
+                payload: Payload::Buffer { len: 100, .. }
             }
         ));
-        assert!(
-            agent
-                .read_request(16)
-                .unwrap_err()
-                .contains("descriptor index 16 out of range")
-        );
-        client
-            .write_desc(
-                4,
-                &Desc {
-                    op: 42,
-                    ..Desc::default()
-                },
-            )
-            .unwrap();
-        assert_eq!(agent.read_request(4).unwrap_err(), "unknown operation 42");
+        // The ring has a slot per descriptor index: full only for a client that reuses one.
+        for i in 0..GEO.n_desc {
+            assert_eq!(client.submit(i, &recv), Ok(true));
+        }
+        assert_eq!(client.submit(0, &recv), Ok(false));
     }
 
-    /// A completion reaches the client whole through its ring slot; only a probe's handle
-    /// goes into the descriptor, whose request stays as the client wrote it.
+    /// A completion reaches the client whole through its ring slot, in order, published
+    /// only when the engine says so.
     #[test]
     fn a_completion_rides_in_its_ring_slot() {
         let (agent, client) = pair(GEO);
-        let req = Desc {
-            op: Op::MProbe as u8,
-            flags: FLAG_ANY_SOURCE,
-            data_idx: 1,
-            user: 3,
-            len: 64,
-            addr: 0x1000,
-            match_bits: 0x55,
-            mask: u64::MAX,
-            rank: 2,
-            peer: Some("02:00:00:00:00:09/1".parse().unwrap()),
-            handle: 77,
-            ..Desc::default()
-        };
-        client.write_request(5, &req).unwrap();
         let done = Completion {
             user: 3,
             status: status::OK,
@@ -587,39 +519,20 @@ mod tests {
             info_len: 4096,
             received: 64,
             truncated: true,
-            handle: Some(0x1234),
+            handle: 0x1234,
             lease: 7,
             lease_off: 0x9_0000,
         };
         assert_eq!(client.take_completion(), Ok(None));
-        let e = agent.write_completion(5, &done).unwrap();
-        assert_eq!(client.take_completion(), Ok(None), "written, not yet published");
-        assert_eq!(agent.publish(&[e]), Ok(1));
-        assert_eq!(
-            client.take_completion(),
-            Ok(Some((5, Completion { handle: None, ..done })))
-        );
-        assert_eq!(
-            client.read_desc(5).unwrap(),
-            Desc {
-                handle: 0x1234,
-                ..req
-            }
-        );
-        // Without a handle, the descriptor's stays.
-        let e = agent
-            .write_completion(5, &Completion::status(status::NO_MATCH))
-            .unwrap();
-        assert_eq!(agent.publish(&[e, e]), Ok(2));
-        let (_, c) = client.take_completion().unwrap().unwrap();
-        assert_eq!((c.status, c.user, c.lease), (status::NO_MATCH, 0, 0));
-        assert!(client.take_completion().unwrap().is_some());
-        assert_eq!(client.read_desc(5).unwrap().handle, 0x1234);
-        assert!(agent.write_completion(16, &done).is_err());
+        let e = done.entry(5);
+        let e2 = Completion::status(status::NO_MATCH).entry(6);
+        assert_eq!(agent.publish(&[e, e2]), Ok(2));
+        assert_eq!(client.take_completion(), Ok(Some((5, done))));
+        let (i, c) = client.take_completion().unwrap().unwrap();
+        assert_eq!((i, c.status, c.user, c.lease), (6, status::NO_MATCH, 0, 0));
+        assert_eq!(client.take_completion(), Ok(None));
         // The ring has a slot per descriptor: never full for a correct client.
-        let all: Vec<_> = (0..GEO.n_desc)
-            .map(|i| agent.write_completion(i, &done).unwrap())
-            .collect();
+        let all: Vec<_> = (0..GEO.n_desc).map(|i| done.entry(i)).collect();
         assert_eq!(agent.publish(&all), Ok(GEO.n_desc as usize));
         assert_eq!(agent.publish(&all[..1]), Ok(0));
     }
@@ -644,7 +557,6 @@ mod tests {
         assert_eq!(agent.polled(), 0);
         client.mark_polled(77);
         assert_eq!(agent.polled(), 77);
-        assert!(GEO.fragment_table_off() + LEASE_SLOTS as usize * FRAGMENT_LEN <= GEO.desc_off());
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub enum Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Submitted {
     /// Echoed in the completion: the client's tag for the request.
-    pub user: u64,
+    pub user: u32,
     pub request: Request,
 }
 
@@ -216,9 +216,11 @@ mod tests {
             peer_incarnation: 0x6a3f_09c1,
             ..Desc::default()
         };
-        let mut bytes = [0u8; super::super::desc::DESC_LEN];
-        send.emit(&mut bytes);
-        assert_eq!(Desc::parse(&bytes), send, "a descriptor's bytes round-trip");
+        assert_eq!(
+            Desc::parse(&send.emit()),
+            send,
+            "a request's bytes round-trip"
+        );
         assert_eq!(
             Request::parse(&send, &GEO).unwrap(),
             Request::Send {

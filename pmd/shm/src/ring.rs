@@ -446,7 +446,10 @@ mod tests {
     #[test]
     fn payloads_ride_in_their_slots() {
         let r = Arc::new(Region::create("ring", 4096, false).unwrap());
-        assert!(Ring::with_payload(r.clone(), 0, 64).is_err(), "past the region");
+        assert!(
+            Ring::with_payload(r.clone(), 0, 64).is_err(),
+            "past the region"
+        );
         let p = Ring::with_payload(r.clone(), 0, 8).unwrap();
         let c = p.clone();
         let mut got = [0u8; PAYLOAD];
@@ -473,9 +476,7 @@ mod tests {
         // A slot's entry word rewritten with another lap's sequence number: no entry, and
         // the payload buffer is left alone.
         let tail = r.atomic_u32(LINE).unwrap().load(Ordering::Relaxed);
-        let slot = r
-            .atomic_u64(2 * LINE + (tail & 7) as usize * LINE)
-            .unwrap();
+        let slot = r.atomic_u64(2 * LINE + (tail & 7) as usize * LINE).unwrap();
         slot.store(slot.load(Ordering::Relaxed) + (8 << 32), Ordering::Release);
         got = [7; PAYLOAD];
         assert_eq!(c.pop_with(&mut got), Ok(None));
