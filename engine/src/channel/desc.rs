@@ -287,7 +287,7 @@ mod tests {
     fn a_request_round_trips_through_its_slot() {
         let all = Desc {
             op: Op::Send as u8,
-            flags: 0xff & !FLAG_DIRECT,
+            flags: !FLAG_DIRECT,
             data_idx: u32::MAX - 1,
             user: u32::MAX,
             len: u64::MAX,
