@@ -7,8 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use tigon_engine::MacAddr;
 use tigon_engine::wire::{
-    AckFields, AckRepr, ConnectRepr, Frame, Kind, MIN_FRAME, PullHeader, Repr, SmallHeader,
-    fill_small_checksum, short_ack, write_short_ack,
+    AckFields, AckRepr, CONNECT_PAYLOAD_LEN, ConnectRepr, Frame, Kind, MIN_FRAME, PullHeader, Repr,
+    SmallHeader, fill_small_checksum, short_ack, write_short_ack,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     if let Ok(c) = ConnectRepr::parse(data) {
-        let mut b = [0u8; 16];
+        let mut b = [0u8; CONNECT_PAYLOAD_LEN];
         c.emit(&mut b);
         assert_eq!(ConnectRepr::parse(&b), Ok(c));
     }
@@ -81,7 +81,14 @@ fuzz_target!(|data: &[u8]| {
             Repr::parse(&Frame::new_checked(&a[..]).expect("a short ack checks")).expect("parses");
         assert_eq!(
             (r.kind, r.tag, r.seq, r.ack, r.credit, r.slot),
-            (Some(Kind::ShortAck), f.tag, f.hold_us, f.ack, f.credit, f.slot)
+            (
+                Some(Kind::ShortAck),
+                f.tag,
+                f.hold_us,
+                f.ack,
+                f.credit,
+                f.slot
+            )
         );
     }
 });

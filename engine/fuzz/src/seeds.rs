@@ -79,7 +79,7 @@ pub fn frames() -> Vec<Vec<u8>> {
         match_bits: 42,
         ..Repr::default()
     };
-    let mut connect = [0u8; 16];
+    let mut connect = [0u8; tigon_engine::wire::CONNECT_PAYLOAD_LEN];
     ConnectRepr {
         max_frame: 1514,
         window: 1024,
@@ -220,7 +220,7 @@ pub fn engine_rx() -> Vec<Vec<u8>> {
         v.extend(step(24, 12));
         v
     };
-    let mut connect = [0u8; 16];
+    let mut connect = [0u8; tigon_engine::wire::CONNECT_PAYLOAD_LEN];
     ConnectRepr {
         max_frame: 1514,
         window: 64,
