@@ -363,8 +363,8 @@ impl Served {
         Ok(())
     }
 
-    /// Writes the result of descriptor `idx` and hands it back to its client. From here on
-    /// nothing of the agent touches the request's buffers.
+    /// Queues the result of the request under descriptor index `idx` for its client's
+    /// completion ring. From here on nothing of the agent touches the request's buffers.
     fn finish<L: Link, C: CopyEngine<L::Frame> + ClientCopy>(
         &mut self,
         eng: &mut Engine<L, C>,
@@ -388,7 +388,8 @@ impl Served {
             // Sends and probes complete with nothing received.
             self.stats.payload_bytes_received += done.received;
         }
-        // The client's own tag, even if it scribbled over the descriptor meanwhile.
+        // The client's own tag, as its request carried it (kept here since: the client may
+        // have reused the request's ring slot meanwhile).
         let done = Completion {
             user: f.user,
             lease,

@@ -1,6 +1,6 @@
-//! A request as the engine acts on it: a descriptor's fields read once, checked, its buffer
-//! resolved (the descriptor's bytes are [`Desc`]; a [`Request`] is what they mean, as
-//! smoltcp's `Repr` is to its packets).
+//! A request as the engine acts on it: the fields the client put in its request-ring slot
+//! read once, checked, its buffer resolved (those bytes are [`Desc`]; a [`Request`] is what
+//! they mean, as smoltcp's `Repr` is to its packets).
 
 use super::desc::{
     Desc, FLAG_ABANDON, FLAG_ANY_SOURCE, FLAG_DIRECT, FLAG_LEASE, FLAG_SYNC, NO_DATA, Op,
