@@ -22,6 +22,8 @@ mod error;
 mod ops;
 mod pending;
 pub mod proto;
+#[cfg(test)]
+mod tests;
 mod wait;
 
 pub use attach::agent_stats;
