@@ -134,14 +134,21 @@ pub(super) enum Acked {
 pub(super) struct Requests {
     slots: Vec<(u32, Option<Req>)>,
     free: Vec<usize>,
+    /// The highest generation of the slots [`Requests::trim`] dropped: a slot made again at
+    /// one of their indices starts above it, so a handle of a dropped slot's occupant never
+    /// names the new one.
+    dropped_generation: u32,
 }
+
+/// Slots the slab keeps whatever it held: trimming below this saves too little to pay.
+const TRIM_KEEP: usize = 4096;
 
 impl Requests {
     pub(super) fn alloc(&mut self, r: Req) -> ReqId {
         let i = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push((0, None));
+                self.slots.push((self.dropped_generation, None));
                 self.slots.len() - 1
             }
         };
@@ -251,6 +258,41 @@ impl Requests {
         }
     }
 
+    /// Gives back the memory of a slab that once held many more requests than it holds now
+    /// (a burst of 100,000 unexpected messages, say): when at most a quarter of its slots
+    /// are in use, the free ones past the last in use are dropped, and the free list is
+    /// ordered so that new requests take the lowest indices, leaving the high ones to empty
+    /// for the next trim. Called from the timers; costs a look at the last slot when there
+    /// is nothing to drop.
+    pub(super) fn trim(&mut self) {
+        let len = self.slots.len();
+        if len <= TRIM_KEEP || self.live() * 4 > len {
+            return;
+        }
+        let mut end = len;
+        while end > TRIM_KEEP && self.slots[end - 1].1.is_none() {
+            end -= 1;
+        }
+        if end == len {
+            return;
+        }
+        for (g, _) in &self.slots[end..] {
+            self.dropped_generation = self.dropped_generation.max(*g);
+        }
+        self.slots.truncate(end);
+        self.slots.shrink_to_fit();
+        self.free.retain(|&i| i < end);
+        // Popped from the end: lowest index first.
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.free.shrink_to_fit();
+    }
+
+    /// Slots the slab holds (in use or free).
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Requests still pending: every slot but those on the free list (each way a slot
     /// empties puts it there). Counted, not scanned: the agent asks on every pass of its
     /// loop, and the slab keeps the size of the most requests ever in flight (a scan of it
@@ -258,5 +300,68 @@ impl Requests {
     /// ping-pong's one-way from 2 to 17 us).
     pub(super) fn live(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matching::MatchSpec;
+
+    fn recv() -> Req {
+        Req {
+            ep: 0,
+            kind: ReqKind::Recv(RecvReq::posted(
+                MatchSpec::mpi(0, 1, 2),
+                BufRef::new(0, 0, 8),
+            )),
+        }
+    }
+
+    /// After a burst, the slab gives its slots back down to the last one in use and what
+    /// it keeps anyway; a handle of a dropped slot's occupant never names a later one at
+    /// its index; requests still pending are untouched.
+    #[test]
+    fn a_burst_leaves_no_slab_behind() {
+        let mut r = Requests::default();
+        let ids: Vec<ReqId> = (0..100_000).map(|_| r.alloc(recv())).collect();
+        r.trim();
+        assert_eq!(r.capacity(), 100_000, "all in use: nothing to drop");
+        // The first 100 and one at 50,000 stay pending.
+        let keep: Vec<ReqId> = ids[..100].iter().copied().chain([ids[50_000]]).collect();
+        for id in &ids {
+            if !keep.contains(id) {
+                r.remove(*id);
+            }
+        }
+        assert_eq!(r.live(), 101);
+        r.trim();
+        assert_eq!(r.capacity(), 50_001, "down to the last slot in use");
+        // New requests take the lowest free indices, so the high one is the last in use.
+        let low = r.alloc(recv());
+        assert_eq!(low.index(), 100);
+        r.remove(low);
+        r.remove(ids[50_000]);
+        r.trim();
+        assert_eq!(r.capacity(), TRIM_KEEP, "what it keeps anyway");
+        assert_eq!(r.live(), 100);
+        for id in &ids[..100] {
+            assert!(r.get(*id).is_some(), "pending requests untouched");
+        }
+        // A slot made again at a dropped index: the old handle does not name it.
+        let mut again = Vec::new();
+        while again.last().is_none_or(|id: &ReqId| id.index() < 60_000) {
+            again.push(r.alloc(recv()));
+        }
+        let new = *again.last().unwrap();
+        let old = ids[new.index()];
+        assert_eq!(old.index(), new.index());
+        assert_ne!(old.generation(), new.generation());
+        assert!(r.get(old).is_none() && r.get(new).is_some());
+        assert!(r.retire(old).is_none(), "a stale handle retires nothing");
+        // Many in use again: no trim while more than a quarter is.
+        let before = r.capacity();
+        r.trim();
+        assert_eq!(r.capacity(), before);
     }
 }

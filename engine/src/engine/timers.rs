@@ -18,6 +18,8 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         self.last_timer_scan = now;
         self.held_timers(now);
+        // A slab grown by a burst of requests gives its memory back once they are over.
+        self.reqs.trim();
         // A reclaim round goes on where the last pass left it; a new one starts under
         // pressure, at most every quarter of the idle time.
         if self.reclaim_cursor != 0 {
