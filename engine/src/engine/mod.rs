@@ -199,6 +199,8 @@ pub struct Engine<L: Link, C: CopyEngine<L::Frame>> {
     last_timer_scan: u64,
     /// When idle peers were last asked for their credit (at most every `credit_idle_ns / 4`).
     last_reclaim: u64,
+    /// When the request slab was last trimmed (see `Requests::trim`).
+    last_trim: u64,
     /// Where the reclaim round under way goes on (0: none under way).
     reclaim_cursor: usize,
     /// Time of the latest poll.
@@ -263,6 +265,7 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
             rng,
             last_timer_scan: 0,
             last_reclaim: 0,
+            last_trim: 0,
             reclaim_cursor: 0,
             now: 0,
             payload_ck: true,

@@ -260,10 +260,11 @@ impl Requests {
 
     /// Gives back the memory of a slab that once held many more requests than it holds now
     /// (a burst of 100,000 unexpected messages, say): when at most a quarter of its slots
-    /// are in use, the free ones past the last in use are dropped, and the free list is
-    /// ordered so that new requests take the lowest indices, leaving the high ones to empty
-    /// for the next trim. Called from the timers; costs a look at the last slot when there
-    /// is nothing to drop.
+    /// are in use and at least a quarter at its end are free, the free ones past the last
+    /// in use are dropped, and the free list is ordered so that new requests take the
+    /// lowest indices, leaving the high ones to empty for a later trim. Each trim drops a
+    /// quarter of the slab or more, so a slab of any size is down in a few; a look that
+    /// drops nothing walks at most a quarter of it (the timers look once a second).
     pub(super) fn trim(&mut self) {
         let len = self.slots.len();
         if len <= TRIM_KEEP || self.live() * 4 > len {
@@ -272,8 +273,16 @@ impl Requests {
         let mut end = len;
         while end > TRIM_KEEP && self.slots[end - 1].1.is_none() {
             end -= 1;
+            if end < len - len / 4 {
+                // A quarter free at the end: worth it; find where the free run starts.
+                while end > TRIM_KEEP && self.slots[end - 1].1.is_none() {
+                    end -= 1;
+                }
+                break;
+            }
         }
-        if end == len {
+        if end > len - len / 4 {
+            // Less than a quarter free at the end (the highest requests still pending).
             return;
         }
         for (g, _) in &self.slots[end..] {

@@ -10,6 +10,9 @@ use crate::copy::CopyEngine;
 use crate::link::Link;
 use crate::wire::Kind;
 
+/// How often the timers look at trimming the request slab.
+const TRIM_EVERY_NS: u64 = 1_000_000_000;
+
 impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
     /// Runs the timers if a scan is due.
     pub(super) fn timers(&mut self, now: u64) {
@@ -18,8 +21,12 @@ impl<L: Link, C: CopyEngine<L::Frame>> Engine<L, C> {
         }
         self.last_timer_scan = now;
         self.held_timers(now);
-        // A slab grown by a burst of requests gives its memory back once they are over.
-        self.reqs.trim();
+        // A slab grown by a burst of requests gives its memory back once they are over
+        // (looked at once a second: a look may walk a quarter of the slab).
+        if now.saturating_sub(self.last_trim) >= TRIM_EVERY_NS {
+            self.last_trim = now;
+            self.reqs.trim();
+        }
         // A reclaim round goes on where the last pass left it; a new one starts under
         // pressure, at most every quarter of the idle time.
         if self.reclaim_cursor != 0 {
