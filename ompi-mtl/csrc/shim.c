@@ -45,7 +45,7 @@ static struct tigon_params params = {
     .channel_threshold = "0",
     .finalize_timeout_ms = "30000",
     .nap_after_us = "1000",
-    .spin_after_send_ns = "700",
+    .spin_after_send_ns = "600",
 };
 static int output = -1;
 

@@ -99,7 +99,7 @@ fn check(r: &Raw) -> (Params, Vec<String>) {
         0,
         100_000,
         " ns (0: yield at once)",
-        700,
+        600,
     );
     let params = Params {
         priority,
@@ -185,7 +185,7 @@ mod tests {
         // Ranks poll: sleeping comes only after a long idle (issue 15: >= 1 ms).
         assert_eq!(p.nap_after, Some(Duration::from_millis(1)));
         // A rank that sent to its host waits the agent's delivery time before it yields.
-        assert_eq!(p.spin_after_send, Duration::from_nanos(700));
+        assert_eq!(p.spin_after_send, Duration::from_nanos(600));
         let (p, _) = check(&raw("30000", "20", "0"));
         assert_eq!(p.nap_after, Some(Duration::from_micros(20)));
         let (p, problems) = check(&Raw {
@@ -202,7 +202,7 @@ mod tests {
             problems.len() == 1 && problems[0].contains("mtl_tigon_spin_after_send_ns = \"-5\""),
             "{problems:?}"
         );
-        assert_eq!(p.spin_after_send, Duration::from_nanos(700));
+        assert_eq!(p.spin_after_send, Duration::from_nanos(600));
         let (p, problems) = check(&raw(" 0 ", "-1", "100"));
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
