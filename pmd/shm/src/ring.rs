@@ -167,11 +167,24 @@ impl Ring {
     /// Producer: appends as many of `vs` as fit, in order, and publishes them at once (the
     /// consumer sees all of them or none: the first slot is written last); returns how many.
     pub fn push_all(&self, vs: &[u32]) -> Result<usize, Corrupt> {
+        self.publish(vs.len(), |_, i| vs[i])
+    }
+
+    /// Producer: puts up to `count` entries on the ring at once, `fill(pos, i)` writing what
+    /// entry `i` carries into its slot (position `pos`) and returning its value; the entries'
+    /// words are stored last first, then the count, so the consumer sees all or none.
+    #[inline]
+    fn publish(
+        &self,
+        count: usize,
+        mut fill: impl FnMut(u32, usize) -> u32,
+    ) -> Result<usize, Corrupt> {
         let head = self.prod().load(Ordering::Relaxed);
-        let want = vs.len().min(self.cap as usize) as u32;
-        let n = vs.len().min(self.room(head, want)? as usize);
-        for (i, &v) in vs[..n].iter().enumerate().rev() {
+        let want = count.min(self.cap as usize) as u32;
+        let n = count.min(self.room(head, want)? as usize);
+        for i in (0..n).rev() {
             let pos = head.wrapping_add(i as u32);
+            let v = fill(pos, i);
             self.slot(pos).store(entry(pos, v), Ordering::Release);
         }
         if n > 0 {
@@ -186,35 +199,35 @@ impl Ring {
     /// consumer polling an empty ring reads one line, and nothing a peer writes to the counts
     /// makes it misbehave); the value must still be validated by the caller.
     pub fn pop(&self) -> Result<Option<u32>, Corrupt> {
+        Ok(self.take(|_| ()))
+    }
+
+    /// Consumer: the oldest entry's value, `read(pos)` reading what else its slot carries
+    /// before the slot is given back; `None` while the slot holds no new entry.
+    #[inline]
+    fn take(&self, read: impl FnOnce(u32)) -> Option<u32> {
         let tail = self.cons().load(Ordering::Relaxed);
         let seq = tail.wrapping_add(1);
         let x = self.slot(tail).load(Ordering::Acquire);
         if (x >> 32) as u32 != seq {
-            return Ok(None);
+            return None;
         }
+        read(tail);
         self.cons().store(seq, Ordering::Release);
-        Ok(Some(x as u32))
+        Some(x as u32)
     }
 
     /// Producer, on a ring made by [`Ring::with_payload`]: [`Ring::push_all`] of entries
     /// with their payloads, each written into its slot before the slot's entry word.
     pub fn push_all_with(&self, vs: &[(u32, [u8; PAYLOAD])]) -> Result<usize, Corrupt> {
         debug_assert_eq!(self.slot_len, LINE, "a ring without payloads");
-        let head = self.prod().load(Ordering::Relaxed);
-        let want = vs.len().min(self.cap as usize) as u32;
-        let n = vs.len().min(self.room(head, want)? as usize);
-        for (i, (v, p)) in vs[..n].iter().enumerate().rev() {
-            let pos = head.wrapping_add(i as u32);
+        self.publish(vs.len(), |pos, i| {
+            let (v, p) = &vs[i];
             self.region
                 .write(self.slot_off(pos) + SLOT, p)
                 .expect("checked at construction");
-            self.slot(pos).store(entry(pos, *v), Ordering::Release);
-        }
-        if n > 0 {
-            self.prod()
-                .store(head.wrapping_add(n as u32), Ordering::Release);
-        }
-        Ok(n)
+            *v
+        })
     }
 
     /// Consumer, on a ring made by [`Ring::with_payload`]: [`Ring::pop`], the entry's payload
@@ -222,17 +235,11 @@ impl Ring {
     /// can give a torn payload, never an out-of-bounds read: the caller validates it.
     pub fn pop_with(&self, payload: &mut [u8; PAYLOAD]) -> Result<Option<u32>, Corrupt> {
         debug_assert_eq!(self.slot_len, LINE, "a ring without payloads");
-        let tail = self.cons().load(Ordering::Relaxed);
-        let seq = tail.wrapping_add(1);
-        let x = self.slot(tail).load(Ordering::Acquire);
-        if (x >> 32) as u32 != seq {
-            return Ok(None);
-        }
-        self.region
-            .read(self.slot_off(tail) + SLOT, payload)
-            .expect("checked at construction");
-        self.cons().store(seq, Ordering::Release);
-        Ok(Some(x as u32))
+        Ok(self.take(|pos| {
+            self.region
+                .read(self.slot_off(pos) + SLOT, payload)
+                .expect("checked at construction")
+        }))
     }
 
     /// Entries waiting (as seen by either side, by the counts: the consumer's may be ahead
